@@ -1,0 +1,38 @@
+"""Brook's stream-processing runtime: the Kafka Streams model in Python.
+
+Public API (internals live in ``streaming.runtime`` and are not imported by users)::
+
+    from streaming import StreamsBuilder, Topology, KafkaStreams, Serdes, Stores
+    from streaming.processor import Processor, ProcessorContext, Record, PunctuationType
+    from streaming.testing import TopologyTestDriver
+"""
+
+from streaming.config import StreamsConfig
+from streaming.dsl import BranchedKStream, KStream, StreamsBuilder
+from streaming.errors import (
+    ConfigError,
+    DeserializationError,
+    ProcessingError,
+    ProductionError,
+    StreamsError,
+    TopologyError,
+)
+from streaming.serdes import Serde, Serdes
+from streaming.state import KeyValueStore, Stores
+from streaming.timestamps import FieldTimestampExtractor, RecordTimestampExtractor, WallclockTimestampExtractor
+from streaming.topology import Topology
+
+__all__ = [
+    "BranchedKStream", "ConfigError", "DeserializationError", "FieldTimestampExtractor", "KStream",
+    "KafkaStreams", "KeyValueStore", "ProcessingError", "ProductionError", "RecordTimestampExtractor", "Serde",
+    "Serdes", "Stores", "StreamsBuilder", "StreamsConfig", "StreamsError", "Topology", "TopologyError",
+    "WallclockTimestampExtractor",
+]
+
+
+def __getattr__(name: str) -> object:
+    # KafkaStreams pulls in the client runtime; import it on first use so the DSL stays light.
+    if name == "KafkaStreams":
+        from streaming.runtime.kafka_streams import KafkaStreams
+        return KafkaStreams
+    raise AttributeError(f"module 'streaming' has no attribute {name!r}")

@@ -1,0 +1,211 @@
+"""Thin topic-administration helpers over confluent-kafka's ``AdminClient``.
+
+Used by the runtime (internal topics), the tests, the demo and the benchmarks. They work against
+Apache Kafka and against the embedded broker alike, and never trust a broker default they do not
+set: topics are created with the replication factor the broker defaults to (``-1``) unless told,
+and callers pass every config they rely on (the embedded broker reports only explicit configs).
+
+Each helper takes ``bootstrap_servers`` plus an optional ``client_config`` for everything else a
+client needs (security settings such as ``security.protocol``, ``sasl.*``, ``ssl.*``). Error
+messages name topics and Kafka error codes, never the client config (it may hold secrets).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
+
+__all__ = ["TopicError", "create_topics", "delete_topics", "partition_counts"]
+
+logger = logging.getLogger(__name__)
+
+_POLL_INTERVAL = 0.1
+
+
+class TopicError(Exception):
+    """A topic is missing, has the wrong partition count, or could not be created or deleted."""
+
+
+def _admin(bootstrap_servers: str, client_config: Mapping[str, Any] | None) -> AdminClient:
+    config: dict[str, Any] = {"logger": logging.getLogger("streaming.admin.rdkafka")}
+    config.update(client_config or {})
+    config["bootstrap.servers"] = bootstrap_servers
+    return AdminClient(config)
+
+
+def _metadata(admin: AdminClient, timeout: float) -> ClusterMetadata:
+    try:
+        # No topic argument: an all-topics metadata request never auto-creates a topic.
+        return admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise TopicError(f"cannot read cluster metadata: {exc.args[0]}") from exc
+
+
+def _counts(metadata: ClusterMetadata, topics: Iterable[str]) -> dict[str, int | None]:
+    counts: dict[str, int | None] = {}
+    for name in topics:
+        topic = metadata.topics.get(name)
+        if topic is None or topic.error is not None or not topic.partitions:
+            counts[name] = None
+        else:
+            counts[name] = len(topic.partitions)
+    return counts
+
+
+def partition_counts(
+    bootstrap_servers: str,
+    topics: Iterable[str],
+    client_config: Mapping[str, Any] | None = None,
+    *,
+    timeout: float = 10.0,
+) -> dict[str, int | None]:
+    """Partition count of each topic, ``None`` for a topic that does not exist.
+
+    Args:
+        bootstrap_servers: the cluster's ``bootstrap.servers``.
+        topics: topic names.
+        client_config: extra librdkafka settings (security); ``bootstrap.servers`` here is ignored.
+        timeout: seconds to wait for the metadata answer.
+
+    Raises:
+        TopicError: the cluster did not answer in time.
+    """
+    names = list(topics)
+    return _counts(_metadata(_admin(bootstrap_servers, client_config), timeout), names)
+
+
+def create_topics(
+    bootstrap_servers: str,
+    topics: Mapping[str, int],
+    *,
+    configs: Mapping[str, Mapping[str, str]] | None = None,
+    client_config: Mapping[str, Any] | None = None,
+    replication_factor: int = -1,
+    timeout: float = 30.0,
+) -> None:
+    """Create topics that do not exist yet, idempotently, and wait until they are usable.
+
+    A topic that already exists with the requested partition count is left alone (its configs
+    are not compared or changed); nothing is created when any existing topic has the wrong count.
+    Returns once cluster metadata shows every partition of every topic.
+
+    Args:
+        bootstrap_servers: the cluster's ``bootstrap.servers``.
+        topics: topic name -> partition count.
+        configs: topic name -> topic configs for topics this call creates
+            (e.g. ``{"cleanup.policy": "compact"}``).
+        client_config: extra librdkafka settings (security); ``bootstrap.servers`` here is ignored.
+        replication_factor: ``-1`` (default) uses the broker's ``default.replication.factor``.
+        timeout: seconds for the whole operation.
+
+    Raises:
+        TopicError: a topic exists with a different partition count (the message names the topic,
+            the expected and the actual count), creation failed, or the partitions did not appear
+            in metadata within ``timeout``.
+    """
+    for name, partitions in topics.items():
+        if partitions < 1:
+            raise TopicError(f"topic {name!r}: partition count must be >= 1, got {partitions}")
+    if not topics:
+        return
+    deadline = time.monotonic() + timeout
+    admin = _admin(bootstrap_servers, client_config)
+    existing = _counts(_metadata(admin, timeout), topics)
+    _check_counts(topics, existing)
+
+    missing = [name for name, count in existing.items() if count is None]
+    if missing:
+        new = [
+            NewTopic(
+                name,
+                num_partitions=topics[name],
+                replication_factor=replication_factor,
+                config=dict((configs or {}).get(name, {})),
+            )
+            for name in missing
+        ]
+        futures = admin.create_topics(new, operation_timeout=max(1.0, timeout), request_timeout=max(1.0, timeout))
+        for name, future in futures.items():
+            try:
+                future.result()
+                logger.info("created topic %s with %d partitions", name, topics[name])
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:  # lost a race: checked below
+                    raise TopicError(f"cannot create topic {name!r}: {error.name()}: {error.str()}") from exc
+
+    while True:
+        remaining = deadline - time.monotonic()
+        current = _counts(_metadata(admin, max(1.0, remaining)), topics)
+        _check_counts(topics, current)
+        if all(count is not None for count in current.values()):
+            return
+        if remaining <= 0:
+            absent = sorted(name for name, count in current.items() if count is None)
+            raise TopicError(f"topics {absent} did not appear in cluster metadata within {timeout:g} s")
+        time.sleep(_POLL_INTERVAL)
+
+
+def _check_counts(expected: Mapping[str, int], actual: Mapping[str, int | None]) -> None:
+    wrong = [(name, expected[name], count) for name, count in actual.items() if count not in (None, expected[name])]
+    if wrong:
+        detail = "; ".join(f"topic {name!r} has {got} partitions, expected {want}" for name, want, got in wrong)
+        raise TopicError(detail)
+
+
+def delete_topics(
+    bootstrap_servers: str,
+    topics: Iterable[str],
+    *,
+    client_config: Mapping[str, Any] | None = None,
+    missing_ok: bool = True,
+    timeout: float = 30.0,
+) -> None:
+    """Delete topics and wait until they are gone from cluster metadata.
+
+    Args:
+        bootstrap_servers: the cluster's ``bootstrap.servers``.
+        topics: topic names.
+        client_config: extra librdkafka settings (security); ``bootstrap.servers`` here is ignored.
+        missing_ok: a topic that does not exist is fine (default); otherwise it raises.
+        timeout: seconds for the whole operation.
+
+    Raises:
+        TopicError: deletion failed, a topic was missing and ``missing_ok`` is false, or a topic
+            was still listed after ``timeout``.
+    """
+    names = list(dict.fromkeys(topics))
+    if not names:
+        return
+    deadline = time.monotonic() + timeout
+    admin = _admin(bootstrap_servers, client_config)
+    present = [name for name, count in _counts(_metadata(admin, timeout), names).items() if count is not None]
+    absent = sorted(set(names) - set(present))
+    if absent and not missing_ok:
+        raise TopicError(f"cannot delete topics {absent}: they do not exist")
+    if not present:
+        return
+    futures = admin.delete_topics(present, operation_timeout=max(1.0, timeout), request_timeout=max(1.0, timeout))
+    for name, future in futures.items():
+        try:
+            future.result()
+            logger.info("deleted topic %s", name)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART and missing_ok:
+                continue
+            raise TopicError(f"cannot delete topic {name!r}: {error.name()}: {error.str()}") from exc
+
+    while True:
+        remaining = deadline - time.monotonic()
+        still = [name for name, count in _counts(_metadata(admin, max(1.0, remaining)), present).items() if count]
+        if not still:
+            return
+        if remaining <= 0:
+            raise TopicError(f"topics {sorted(still)} were still listed {timeout:g} s after deletion")
+        time.sleep(_POLL_INTERVAL)

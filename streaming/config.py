@@ -1,0 +1,237 @@
+"""Streams configuration: Kafka Streams' keys, validated at construction.
+
+Keys are Kafka Streams' own (``application.id``, ``commit.interval.ms``, ...). librdkafka settings pass
+through with a ``consumer.``, ``producer.`` or ``admin.`` prefix; security settings (``security.protocol``,
+``sasl.*``, ``ssl.*``) reach every client. An unknown key or a bad value raises :class:`ConfigError`
+naming the key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from streaming.errors import ConfigError
+from streaming.serdes import Serde, resolve_serde
+from streaming.timestamps import RecordTimestampExtractor, TimestampExtractor, resolve_extractor
+
+AT_LEAST_ONCE = "at_least_once"
+EXACTLY_ONCE_V2 = "exactly_once_v2"
+HANDLERS = ("fail", "log_and_continue", "dead_letter")
+
+CLIENT_PREFIXES = ("consumer.", "producer.", "admin.")
+SECURITY_KEYS = re.compile(r"^(security\.protocol|sasl\.[a-z.]+|ssl\.[a-z.]+|client\.id)$")
+SECRET_KEYS = re.compile(r"(password|secret|sasl\.oauthbearer\.config|ssl\.key\.pem)", re.IGNORECASE)
+
+# Client settings Brook chooses unless the user overrides them (consumer.X / producer.X).
+CONSUMER_DEFAULTS = {
+    "auto.offset.reset": "earliest",  # Kafka Streams' default
+    "enable.auto.commit": "false",  # offsets are committed by the runtime after outputs are acked
+    "enable.auto.offset.store": "false",
+    "partition.assignment.strategy": "range",  # same partition numbers of co-partitioned topics together
+    # Short group timeouts: ~3 s to first assignment on the embedded broker instead of ~20 s.
+    "session.timeout.ms": "6000",
+    "heartbeat.interval.ms": "500",
+    # The embedded broker answers fetches with ~4.5 MB per partition; librdkafka's 1 s default
+    # backoff then stalls partitions (~120k records/s instead of 300k+). Harmless on Kafka.
+    "fetch.queue.backoff.ms": "10",
+}
+PRODUCER_DEFAULTS = {
+    "partitioner": "murmur2_random",  # the Java client's partitioner: same key, same partition as Kafka Streams
+    "linger.ms": "5",
+    "enable.idempotence": "true",
+}
+# Keys Brook reads itself and so never passes to librdkafka.
+CONSUMER_BROOK_KEYS = {"consumer.max.poll.records"}
+# librdkafka keys the runtime owns; the user may not override them.
+CONSUMER_RESERVED = {"group.id", "enable.auto.commit", "enable.auto.offset.store"}
+
+
+def _int(minimum: int | None = None) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        if isinstance(value, bool):
+            raise ValueError("expected an integer, got a boolean")
+        number = int(value)
+        if minimum is not None and number < minimum:
+            raise ValueError(f"must be >= {minimum}")
+        return number
+    return convert
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return str(value)
+    return convert
+
+
+def _handler(value: Any) -> str:
+    if value == "fail":
+        return "fail"
+    if value in HANDLERS:
+        raise ValueError(f"'{value}' is not available yet (it arrives with the fault-tolerance work); use 'fail'")
+    raise ValueError(f"must be one of {', '.join(HANDLERS)}")
+
+
+def _application_id(value: Any) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", value):
+        raise ValueError("must be a non-empty string of letters, digits, '.', '_' or '-'")
+    return value
+
+
+def _non_empty(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("must be a non-empty string")
+    return value
+
+
+def _host_port(value: Any) -> str:
+    if value in ("", None):
+        return ""
+    if not isinstance(value, str) or not re.fullmatch(r"[^:\s]+:\d{1,5}", value):
+        raise ValueError("must be 'host:port'")
+    return value
+
+
+@dataclass(frozen=True)
+class _Key:
+    convert: Callable[[Any], Any]
+    default: Any
+    required: bool = False
+
+
+KEYS: dict[str, _Key] = {
+    "application.id": _Key(_application_id, None, required=True),
+    "bootstrap.servers": _Key(_non_empty, None, required=True),
+    "processing.guarantee": _Key(_choice(AT_LEAST_ONCE, EXACTLY_ONCE_V2), AT_LEAST_ONCE),
+    "commit.interval.ms": _Key(_int(0), None),  # None: 30000, or 100 under exactly_once_v2
+    "state.dir": _Key(lambda v: str(Path(v)), str(Path(tempfile.gettempdir()) / "brook-streams")),
+    "num.stream.threads": _Key(_int(1), 1),
+    "num.standby.replicas": _Key(_int(0), 0),
+    "statestore.cache.max.bytes": _Key(_int(0), 10 * 1024 * 1024),
+    "default.key.serde": _Key(resolve_serde, "String"),
+    "default.value.serde": _Key(resolve_serde, "Json"),
+    "default.timestamp.extractor": _Key(resolve_extractor, RecordTimestampExtractor),
+    "default.deserialization.exception.handler": _Key(_handler, "fail"),
+    "processing.exception.handler": _Key(_handler, "fail"),
+    "production.exception.handler": _Key(_handler, "fail"),
+    "max.task.idle.ms": _Key(_int(-1), 0),
+    "buffered.records.per.partition": _Key(_int(1), 1000),
+    "application.server": _Key(_host_port, ""),
+    "poll.ms": _Key(_int(0), 100),
+}
+
+
+class StreamsConfig:
+    """Validated Streams configuration. Read values with ``config["commit.interval.ms"]``."""
+
+    def __init__(self, config: Mapping[str, Any], *, require_bootstrap: bool = True) -> None:
+        self._values: dict[str, Any] = {}
+        self._clients: dict[str, dict[str, str]] = {"consumer": {}, "producer": {}, "admin": {}}
+        self._security: dict[str, str] = {}
+        self._brook_client_keys: dict[str, Any] = {}
+        for key, raw in config.items():
+            if not isinstance(key, str):
+                raise ConfigError(f"config key {key!r} is not a string")
+            if key in KEYS:
+                try:
+                    self._values[key] = KEYS[key].convert(raw)
+                except (ValueError, TypeError, ImportError, AttributeError) as exc:
+                    shown = "***" if SECRET_KEYS.search(key) else repr(raw)
+                    raise ConfigError(f"invalid value {shown} for config key '{key}': {exc}") from None
+            elif key in CONSUMER_BROOK_KEYS:
+                try:
+                    self._brook_client_keys[key] = _int(1)(raw)
+                except (ValueError, TypeError) as exc:
+                    raise ConfigError(f"invalid value {raw!r} for config key '{key}': {exc}") from None
+            elif key.startswith(CLIENT_PREFIXES):
+                client, _, setting = key.partition(".")
+                if not setting:
+                    raise ConfigError(f"config key '{key}' names no client setting")
+                if client == "consumer" and setting in CONSUMER_RESERVED:
+                    raise ConfigError(f"config key '{key}' is set by the runtime and cannot be overridden")
+                self._clients[client][setting] = _client_value(raw)
+            elif SECURITY_KEYS.match(key):
+                self._security[key] = _client_value(raw)
+            else:
+                raise ConfigError(_unknown_key_message(key))
+        for key, spec in KEYS.items():
+            if key in self._values:
+                continue
+            if spec.required and (require_bootstrap or key != "bootstrap.servers"):
+                raise ConfigError(f"missing required config key '{key}'")
+            default = spec.default
+            self._values[key] = spec.convert(default) if default is not None and key.startswith("default.") else default
+        if self._values["commit.interval.ms"] is None:
+            self._values["commit.interval.ms"] = 100 if self.exactly_once else 30000
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    @property
+    def application_id(self) -> str:
+        return self._values["application.id"]
+
+    @property
+    def exactly_once(self) -> bool:
+        return self._values["processing.guarantee"] == EXACTLY_ONCE_V2
+
+    @property
+    def default_key_serde(self) -> Serde[Any]:
+        return self._values["default.key.serde"]
+
+    @property
+    def default_value_serde(self) -> Serde[Any]:
+        return self._values["default.value.serde"]
+
+    @property
+    def default_timestamp_extractor(self) -> TimestampExtractor:
+        return self._values["default.timestamp.extractor"]
+
+    @property
+    def max_poll_records(self) -> int:
+        return self._brook_client_keys.get("consumer.max.poll.records", 2000)
+
+    def consumer_config(self) -> dict[str, str]:
+        """librdkafka settings of the main consumer (group id = application.id)."""
+        return {"bootstrap.servers": self["bootstrap.servers"], **CONSUMER_DEFAULTS, **self._security,
+                **self._clients["consumer"], "group.id": self.application_id,
+                "enable.auto.commit": "false", "enable.auto.offset.store": "false"}
+
+    def producer_config(self) -> dict[str, str]:
+        """librdkafka settings of the producer."""
+        return {"bootstrap.servers": self["bootstrap.servers"], **PRODUCER_DEFAULTS, **self._security,
+                **self._clients["producer"]}
+
+    def admin_config(self) -> dict[str, str]:
+        """librdkafka settings of the admin client."""
+        return {"bootstrap.servers": self["bootstrap.servers"], **self._security, **self._clients["admin"]}
+
+    def redacted(self) -> dict[str, Any]:
+        """All settings with secrets replaced by ``***``, for logs and metadata."""
+        shown: dict[str, Any] = {k: repr(v) if k.startswith("default.") else v for k, v in self._values.items()}
+        for client, settings in self._clients.items():
+            shown.update({f"{client}.{k}": v for k, v in settings.items()})
+        shown.update(self._security)
+        return {k: "***" if SECRET_KEYS.search(k) else v for k, v in shown.items()}
+
+
+def _client_value(raw: Any) -> str:
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    return str(raw)
+
+
+def _unknown_key_message(key: str) -> str:
+    known = [*KEYS, *CONSUMER_BROOK_KEYS, "consumer.<librdkafka key>", "producer.<librdkafka key>",
+             "admin.<librdkafka key>", "security.protocol", "sasl.*", "ssl.*"]
+    close = difflib.get_close_matches(key, list(KEYS), n=1)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    return (f"unknown config key '{key}'.{hint} librdkafka settings need a 'consumer.', 'producer.' or "
+            f"'admin.' prefix. Known keys: {', '.join(known)}")

@@ -1,0 +1,178 @@
+"""``KStream``: a record stream and its stateless operations (Kafka Streams' KStream in snake_case)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from streaming.dsl import operators as ops
+from streaming.dsl.functions import takes_key
+from streaming.errors import TopologyError
+from streaming.serdes import Serde
+from streaming.topology.nodes import Partitioner
+
+if TYPE_CHECKING:
+    from streaming.dsl.builder import StreamsBuilder
+
+KeyValuePredicate = Callable[[Any, Any], bool]
+
+
+class KStream:
+    """A stream of key-value records. Operations return new streams; nothing runs until the topology does.
+
+    Serdes travel with the stream as in Kafka Streams: ``filter`` keeps both, ``map_values`` keeps the key
+    serde, ``select_key`` keeps the value serde, ``map`` keeps neither. A sink with no serde given uses
+    the stream's, else the config's ``default.key.serde`` / ``default.value.serde``.
+    """
+
+    def __init__(self, builder: StreamsBuilder, node: str, key_serde: Serde[Any] | None,
+                 value_serde: Serde[Any] | None) -> None:
+        self._builder = builder
+        self._node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+
+    @property
+    def node_name(self) -> str:
+        """Name of the topology node that produces this stream."""
+        return self._node
+
+    def _then(self, kind: str, operator: Any, name: str | None, key_serde: Serde[Any] | None,
+              value_serde: Serde[Any] | None) -> KStream:
+        node = self._builder._add_operator(kind, operator, name, self._node)
+        return KStream(self._builder, node, key_serde, value_serde)
+
+    def filter(self, predicate: KeyValuePredicate, name: str | None = None) -> KStream:
+        """Keep records for which ``predicate(key, value)`` is true."""
+        return self._then("FILTER", ops.Filter(predicate), name, self.key_serde, self.value_serde)
+
+    def filter_not(self, predicate: KeyValuePredicate, name: str | None = None) -> KStream:
+        """Drop records for which ``predicate(key, value)`` is true."""
+        return self._then("FILTER", ops.Filter(predicate, negate=True), name, self.key_serde, self.value_serde)
+
+    def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]], name: str | None = None) -> KStream:
+        """Replace each record by ``mapper(key, value) -> (new_key, new_value)``."""
+        return self._then("MAP", ops.Map(mapper), name, None, None)
+
+    def map_values(self, mapper: Callable[..., Any], name: str | None = None) -> KStream:
+        """Replace each value by ``mapper(value)`` (or ``mapper(key, value)``); the key is unchanged."""
+        return self._then("MAPVALUES", ops.MapValues(mapper, takes_key(mapper)), name, self.key_serde, None)
+
+    def flat_map(self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]], name: str | None = None) -> KStream:
+        """Replace each record by zero or more ``(key, value)`` pairs from ``mapper(key, value)``."""
+        return self._then("FLATMAP", ops.FlatMap(mapper), name, None, None)
+
+    def flat_map_values(self, mapper: Callable[..., Iterable[Any]], name: str | None = None) -> KStream:
+        """Replace each value by zero or more values from ``mapper(value)`` (or ``mapper(key, value)``)."""
+        return self._then("FLATMAPVALUES", ops.FlatMapValues(mapper, takes_key(mapper)), name,
+                          self.key_serde, None)
+
+    def select_key(self, mapper: Callable[[Any, Any], Any], name: str | None = None) -> KStream:
+        """Set each record's key to ``mapper(key, value)``."""
+        return self._then("KEY-SELECT", ops.SelectKey(mapper), name, None, self.value_serde)
+
+    def peek(self, action: Callable[[Any, Any], Any], name: str | None = None) -> KStream:
+        """Call ``action(key, value)`` for each record and pass it on unchanged."""
+        return self._then("PEEK", ops.Peek(action), name, self.key_serde, self.value_serde)
+
+    def foreach(self, action: Callable[[Any, Any], Any], name: str | None = None) -> None:
+        """Call ``action(key, value)`` for each record (terminal: nothing flows on)."""
+        self._builder._add_operator("FOREACH", ops.Peek(action), name, self._node)
+
+    def merge(self, other: KStream, name: str | None = None) -> KStream:
+        """One stream of the records of both (no ordering between them beyond each one's own)."""
+        if other._builder is not self._builder:
+            raise TopologyError("cannot merge streams of different StreamsBuilders")
+        node = self._builder._add_operator("MERGE", ops.PassThrough(), name, self._node, other._node)
+        same_key = self.key_serde if self.key_serde is other.key_serde else None
+        same_value = self.value_serde if self.value_serde is other.value_serde else None
+        return KStream(self._builder, node, same_key, same_value)
+
+    def split(self, name: str = "") -> BranchedKStream:
+        """Route each record to the first branch whose predicate matches (see :class:`BranchedKStream`)."""
+        return BranchedKStream(self, name)
+
+    def branch(self, *predicates: KeyValuePredicate, name: str | None = None) -> list[KStream]:
+        """One stream per predicate; a record goes to the first that matches, or is dropped."""
+        if not predicates:
+            raise TopologyError("branch() needs at least one predicate")
+        split = self.split(name or "")
+        for index, predicate in enumerate(predicates, start=1):
+            split.branch(predicate, name=str(index))
+        return list(split.no_default_branch().values())
+
+    def to(self, topic: str, key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
+           partitioner: Partitioner | None = None, name: str | None = None) -> None:
+        """Write the stream to ``topic``. ``partitioner(topic, key, value, n)`` may choose the partition
+        (None means the default: murmur2 of the serialized key, as the Java client)."""
+        node = name or self._builder._new_name("SINK")
+        self._builder.topology.add_sink(node, topic, self._node, key_serde=key_serde or self.key_serde,
+                                        value_serde=value_serde or self.value_serde, partitioner=partitioner)
+
+    def process(self, supplier: Callable[[], Any], *store_names: str, name: str | None = None) -> KStream:
+        """Run a Processor API processor on the stream; it may use the named stores (added with
+        ``StreamsBuilder.add_state_store``). The returned stream carries what it forwards."""
+        node = name or self._builder._new_name("PROCESSOR")
+        topology = self._builder.topology
+        topology.add_processor(node, supplier, self._node)
+        if store_names:
+            topology.connect_processor_and_state_stores(node, store_names=list(store_names))
+        return KStream(self._builder, node, None, None)
+
+
+class BranchedKStream:
+    """Result of ``KStream.split()``: add branches, then end with ``default_branch()`` or
+    ``no_default_branch()``, which return the branches as ``{name: KStream}``.
+
+    Branch names are the split's ``name`` prefix followed by the branch's name, or by its position
+    (from 1) when unnamed; the default branch is named ``"0"`` unless given a name.
+    """
+
+    def __init__(self, stream: KStream, prefix: str) -> None:
+        self._stream = stream
+        self._prefix = prefix
+        self._operator = ops.Branch()
+        self._node = stream._builder._add_operator("BRANCH", self._operator, None, stream._node)
+        self._branches: dict[str, KStream] = {}
+        self._done = False
+
+    def branch(self, predicate: KeyValuePredicate, name: str | None = None,
+               chain: Callable[[KStream], Any] | None = None) -> BranchedKStream:
+        """Records matching ``predicate(key, value)`` (and no earlier branch) go to this branch.
+
+        ``chain(stream)`` may build on the branch right away (Kafka Streams' ``Branched.withConsumer``).
+        """
+        self._check_open()
+        branch_name = self._prefix + (name if name is not None else str(len(self._operator.branches) + 1))
+        child = self._add_branch(branch_name, chain)
+        self._operator.branches.append((predicate, child))
+        return self
+
+    def default_branch(self, name: str | None = None,
+                       chain: Callable[[KStream], Any] | None = None) -> dict[str, KStream]:
+        """Records matching no branch go here; returns all branches."""
+        self._check_open()
+        self._operator.default = self._add_branch(self._prefix + (name if name is not None else "0"), chain)
+        self._done = True
+        return dict(self._branches)
+
+    def no_default_branch(self) -> dict[str, KStream]:
+        """Records matching no branch are dropped; returns all branches."""
+        self._check_open()
+        self._done = True
+        return dict(self._branches)
+
+    def _add_branch(self, branch_name: str, chain: Callable[[KStream], Any] | None) -> str:
+        if branch_name in self._branches:
+            raise TopologyError(f"split(): branch {branch_name!r} is defined twice")
+        builder = self._stream._builder
+        node = builder._add_operator("BRANCH-CHILD", ops.PassThrough(), None, self._node)
+        stream = KStream(builder, node, self._stream.key_serde, self._stream.value_serde)
+        self._branches[branch_name] = stream
+        if chain is not None:
+            chain(stream)
+        return node
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise TopologyError("split(): no branch can be added after default_branch()/no_default_branch()")

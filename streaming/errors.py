@@ -1,0 +1,49 @@
+"""Exceptions raised by Brook. Every message names what was wrong and where."""
+
+from __future__ import annotations
+
+
+class StreamsError(Exception):
+    """Base class of Brook's errors."""
+
+
+class ConfigError(StreamsError):
+    """A configuration key is unknown or its value is invalid (raised at construction)."""
+
+
+class TopologyError(StreamsError):
+    """The topology is invalid: a duplicate or missing node or store, a bad connection."""
+
+
+class MissingSourceTopicError(StreamsError):
+    """A source (or sink) topic the topology needs does not exist on the cluster."""
+
+
+class CoPartitioningError(StreamsError):
+    """Topics read by one sub-topology have different partition counts."""
+
+
+class RecordError(StreamsError):
+    """A record failed; ``topic``, ``partition`` and ``offset`` say which one."""
+
+    def __init__(self, message: str, topic: str | None, partition: int | None, offset: int | None) -> None:
+        super().__init__(f"{message} (topic={topic}, partition={partition}, offset={offset})")
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
+class DeserializationError(RecordError):
+    """A record's key or value could not be read by its serde."""
+
+
+class ProcessingError(RecordError):
+    """User code (a processor, predicate or mapper) raised while processing a record."""
+
+
+class ProductionError(StreamsError):
+    """A record could not be serialized or written to its output topic."""
+
+
+class TaskMigratedError(StreamsError):
+    """The task's partitions were lost to another instance (fenced or revoked)."""

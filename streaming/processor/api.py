@@ -1,0 +1,160 @@
+"""Public types of the Processor API, after Kafka Streams' ``processor.api`` package."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from streaming.state.api import StateStore
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+Headers = list[tuple[str, bytes | None]]
+
+
+class Record(Generic[K, V]):
+    """A key, a value, a timestamp (ms) and headers: what processors receive and forward.
+
+    Records are cheap value objects; ``with_key``/``with_value``/``with_timestamp``/``with_headers``
+    return a changed copy.
+    """
+
+    __slots__ = ("key", "value", "timestamp", "_headers")
+
+    def __init__(self, key: K, value: V, timestamp: int, headers: Headers | None = None) -> None:
+        self.key = key
+        self.value = value
+        self.timestamp = timestamp
+        self._headers = headers
+
+    @property
+    def headers(self) -> Headers:
+        """The headers as a list of ``(name, bytes)`` pairs (created on first access)."""
+        if self._headers is None:
+            self._headers = []
+        return self._headers
+
+    def with_key(self, key: Any) -> Record[Any, V]:
+        return Record(key, self.value, self.timestamp, self._headers)
+
+    def with_value(self, value: Any) -> Record[K, Any]:
+        return Record(self.key, value, self.timestamp, self._headers)
+
+    def with_timestamp(self, timestamp: int) -> Record[K, V]:
+        return Record(self.key, self.value, timestamp, self._headers)
+
+    def with_headers(self, headers: Headers | None) -> Record[K, V]:
+        return Record(self.key, self.value, self.timestamp, headers)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Record) and (self.key, self.value, self.timestamp, self._headers or [])
+                == (other.key, other.value, other.timestamp, other._headers or []))
+
+    def __repr__(self) -> str:
+        return f"Record(key={self.key!r}, value={self.value!r}, timestamp={self.timestamp}, headers={self._headers!r})"
+
+
+class PunctuationType(enum.Enum):
+    """When a punctuator fires: as stream time (record timestamps) or the wall clock advances."""
+
+    STREAM_TIME = "stream_time"
+    WALL_CLOCK_TIME = "wall_clock_time"
+
+
+class Cancellable:
+    """Handle of a scheduled punctuation; ``cancel()`` stops it."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ProcessorContext:
+    """What a processor sees of its task: forward records, schedule punctuations, reach stores.
+
+    Record metadata (``topic``, ``partition``, ``offset``, ``headers``) describes the input record being
+    processed; it is ``None`` inside a punctuation.
+    """
+
+    application_id: str
+    task_id: str
+
+    def forward(self, record: Record[Any, Any], to: str | None = None) -> None:
+        """Send a record to all child nodes, or only to the child named ``to``."""
+        raise NotImplementedError
+
+    def schedule(self, interval: int | timedelta, punctuation_type: PunctuationType,
+                 callback: Callable[[int], None]) -> Cancellable:
+        """Call ``callback(timestamp)`` every ``interval`` of stream time or wall-clock time.
+
+        Stream-time punctuation fires when stream time (the highest record timestamp the task has seen)
+        reaches the next multiple of ``interval``; missed intervals fire once, not once each.
+        Wall-clock punctuation fires from the stream thread's loop, never in the middle of a record.
+        """
+        raise NotImplementedError
+
+    def get_state_store(self, name: str) -> StateStore:
+        """The task's instance of a store connected to this processor."""
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        """Ask for a commit as soon as the current record is done."""
+        raise NotImplementedError
+
+    @property
+    def topic(self) -> str | None:
+        raise NotImplementedError
+
+    @property
+    def partition(self) -> int | None:
+        raise NotImplementedError
+
+    @property
+    def offset(self) -> int | None:
+        raise NotImplementedError
+
+    @property
+    def timestamp(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def headers(self) -> Headers | None:
+        raise NotImplementedError
+
+    @property
+    def current_stream_time_ms(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def current_system_time_ms(self) -> int:
+        raise NotImplementedError
+
+
+class Processor(Generic[K, V]):
+    """A node of the topology. Override ``process``; ``init`` and ``close`` are optional.
+
+    One instance exists per task; it is never called from two threads at once.
+    """
+
+    context: ProcessorContext
+
+    def init(self, context: ProcessorContext) -> None:
+        """Called once before the first record; keep the context to forward and reach stores."""
+        self.context = context
+
+    def process(self, record: Record[K, V]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Called once when the task closes (after its last commit)."""
+
+
+ProcessorSupplier = Callable[[], Processor[Any, Any]]

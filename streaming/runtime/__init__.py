@@ -1,0 +1,1 @@
+"""Runtime internals (Kafka Streams' ``processor.internals``). Users import from ``streaming`` instead."""

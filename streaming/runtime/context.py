@@ -1,0 +1,112 @@
+"""The ProcessorContext a Processor API node gets: one per node per task."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from streaming.errors import TopologyError
+from streaming.processor.api import Cancellable, Headers, ProcessorContext, PunctuationType, Record
+from streaming.state.api import StateStore
+from streaming.topology.nodes import Emit
+
+if TYPE_CHECKING:
+    from streaming.runtime.task import StreamTask
+
+
+def to_millis(interval: int | timedelta, what: str) -> int:
+    """Milliseconds from an int or a timedelta; must be positive."""
+    millis = int(interval.total_seconds() * 1000) if isinstance(interval, timedelta) else interval
+    if not isinstance(millis, int) or isinstance(millis, bool) or millis <= 0:
+        raise ValueError(f"{what} must be a positive number of milliseconds or a timedelta, got {interval!r}")
+    return millis
+
+
+def fan_out(emits: list[Emit]) -> Emit:
+    """One function calling every child in order (or the only child directly)."""
+    if not emits:
+        return _drop
+    if len(emits) == 1:
+        return emits[0]
+    targets = tuple(emits)
+
+    def emit(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+        for target in targets:
+            target(key, value, timestamp, headers)
+    return emit
+
+
+def _drop(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+    """A node without children forwards nowhere."""
+
+
+class NodeContext(ProcessorContext):
+    """Context of one processor node in one task: forwards to that node's children."""
+
+    def __init__(self, task: StreamTask, node_name: str, children: dict[str, Emit], stores: list[str]) -> None:
+        self._task = task
+        self._node = node_name
+        self._children = children
+        self._emit = fan_out(list(children.values()))
+        self._stores = stores
+        self.application_id = task.application_id
+        self.task_id = task.id
+
+    def forward(self, record: Record[Any, Any], to: str | None = None) -> None:
+        if to is None:
+            self._emit(record.key, record.value, record.timestamp, record._headers)
+            return
+        child = self._children.get(to)
+        if child is None:
+            raise TopologyError(f"processor {self._node!r} forwarded to {to!r}, which is not one of its "
+                                f"children {list(self._children)}")
+        child(record.key, record.value, record.timestamp, record._headers)
+
+    def schedule(self, interval: int | timedelta, punctuation_type: PunctuationType,
+                 callback: Callable[[int], None]) -> Cancellable:
+        if not isinstance(punctuation_type, PunctuationType):
+            raise ValueError(f"punctuation_type must be a PunctuationType, got {punctuation_type!r}")
+        return self._task.schedule(to_millis(interval, "punctuation interval"), punctuation_type, callback,
+                                   self._node)
+
+    def get_state_store(self, name: str) -> StateStore:
+        if name not in self._stores:
+            raise TopologyError(f"processor {self._node!r} has no access to state store {name!r}; connect it "
+                                f"with add_state_store(builder, {self._node!r}) or process(supplier, {name!r})")
+        return self._task.stores[name]
+
+    def commit(self) -> None:
+        self._task.commit_requested = True
+
+    @property
+    def topic(self) -> str | None:
+        current = self._task.current
+        return None if current is None else current.topic()
+
+    @property
+    def partition(self) -> int | None:
+        current = self._task.current
+        return None if current is None else current.partition()
+
+    @property
+    def offset(self) -> int | None:
+        current = self._task.current
+        return None if current is None else current.offset()
+
+    @property
+    def timestamp(self) -> int:
+        return self._task.current_timestamp
+
+    @property
+    def headers(self) -> Headers | None:
+        current = self._task.current
+        return None if current is None else current.headers()
+
+    @property
+    def current_stream_time_ms(self) -> int:
+        return self._task.stream_time
+
+    @property
+    def current_system_time_ms(self) -> int:
+        return self._task.clock()

@@ -1,0 +1,196 @@
+"""KafkaStreams: runs a topology against a Kafka cluster in this process."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from streaming.config import StreamsConfig
+from streaming.errors import ConfigError, CoPartitioningError, MissingSourceTopicError, StreamsError
+from streaming.runtime.stream_thread import StreamThread
+from streaming.topology.topology import Topology
+
+log = logging.getLogger(__name__)
+
+
+class State(enum.Enum):
+    """Kafka Streams' client states."""
+
+    CREATED = "CREATED"
+    REBALANCING = "REBALANCING"
+    RUNNING = "RUNNING"
+    PENDING_SHUTDOWN = "PENDING_SHUTDOWN"
+    NOT_RUNNING = "NOT_RUNNING"
+    ERROR = "ERROR"
+
+
+StateListener = Callable[[State, State], None]
+
+
+class KafkaStreams:
+    """A Streams client: ``start()`` joins the consumer group ``application.id`` and processes until
+    ``close()``.
+
+    The configuration is validated here (an unknown key or bad value raises :class:`ConfigError`);
+    topics are checked in ``start()``: every source and sink topic must exist, and the topics one
+    sub-topology reads must have equal partition counts (co-partitioning). Partitions are assigned with
+    the ``range`` assignor so each instance gets the same partition numbers of co-partitioned topics.
+    """
+
+    def __init__(self, topology: Topology, config: Mapping[str, Any]) -> None:
+        self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
+        if self.config["num.standby.replicas"] > 0:
+            raise ConfigError("config key 'num.standby.replicas': standby replicas are not available yet "
+                              "(they arrive with the state stores work); use 0")
+        if self.config.exactly_once:
+            raise ConfigError("config key 'processing.guarantee': exactly_once_v2 is not available yet "
+                              "(it arrives with the fault-tolerance work); use at_least_once")
+        self.topology = topology
+        topology.subtopologies()
+        self._check_assignment_strategy()
+        self._state = State.CREATED
+        self._lock = threading.Lock()
+        self._listener: StateListener | None = None
+        self._threads: list[StreamThread] = []
+        self._thread_states: dict[str, str] = {}
+
+    # -- state ------------------------------------------------------------------------------------------
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def set_state_listener(self, listener: StateListener) -> None:
+        """Call ``listener(new_state, old_state)`` on every state change (from the stream thread)."""
+        if self._state is not State.CREATED:
+            raise StreamsError("set the state listener before start()")
+        self._listener = listener
+
+    def _set_state(self, new: State) -> None:
+        with self._lock:
+            old = self._state
+            if old is new or old is State.NOT_RUNNING or (old is State.ERROR and new is not State.NOT_RUNNING):
+                return
+            if old is State.PENDING_SHUTDOWN and new is not State.NOT_RUNNING:
+                return  # rebalance callbacks while leaving the group do not change a closing client
+            self._state = new
+        log.info("state %s -> %s", old.value, new.value)
+        if self._listener is not None:
+            self._listener(new, old)
+
+    def _on_thread_state(self, thread: StreamThread, state: str) -> None:
+        self._thread_states[thread.name] = state
+        if state == "FAILED":
+            self._set_state(State.ERROR)
+        elif state == "REBALANCING":
+            self._set_state(State.REBALANCING)
+        elif state == "RUNNING" and all(s == "RUNNING" for s in self._thread_states.values()):
+            self._set_state(State.RUNNING)
+
+    @property
+    def exception(self) -> BaseException | None:
+        """The error that stopped a stream thread, if one did."""
+        return next((t.exception for t in self._threads if t.exception is not None), None)
+
+    # -- life cycle -----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Check topics, then start the stream threads (non-blocking)."""
+        if self._state is not State.CREATED:
+            raise StreamsError(f"start() called in state {self._state.value}; a KafkaStreams starts once")
+        self.check_topics()
+        count = self.config["num.stream.threads"]
+        self._threads = [StreamThread(f"{self.config.application_id}-StreamThread-{i + 1}", self.topology,
+                                      self.config, self._on_thread_state) for i in range(count)]
+        self._thread_states = {t.name: "STARTING" for t in self._threads}
+        self._set_state(State.REBALANCING)
+        for thread in self._threads:
+            thread.start()
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop processing: commit, close tasks and leave the group. True if done within ``timeout`` s."""
+        if self._state is State.CREATED:
+            self._set_state(State.NOT_RUNNING)
+            return True
+        if self._state is not State.ERROR:
+            self._set_state(State.PENDING_SHUTDOWN)
+        for thread in self._threads:
+            thread.shutdown()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        done = not any(t.is_alive() for t in self._threads)
+        if done:
+            if self._state is State.ERROR:
+                with self._lock:
+                    self._state = State.NOT_RUNNING
+            else:
+                self._set_state(State.NOT_RUNNING)
+        return done
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every stream thread has stopped (after close() or a failure)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+    def cleanup(self) -> None:
+        """Delete this application's local state directory (only when not running)."""
+        if self._state not in (State.CREATED, State.NOT_RUNNING, State.ERROR):
+            raise StreamsError(f"cleanup() needs a stopped client, state is {self._state.value}")
+        shutil.rmtree(Path(self.config["state.dir"]) / self.config.application_id, ignore_errors=True)
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters of the stream threads: records processed, commits, rebalances, tasks."""
+        return {
+            "records_processed": sum(t.processed for t in self._threads),
+            "commits": sum(t.commits for t in self._threads),
+            "rebalances": sum(t.rebalances for t in self._threads),
+            "last_commit_latency_ms": max((t.last_commit_ms for t in self._threads), default=0.0),
+            "tasks": sorted(task for t in self._threads for task in t.tasks.tasks),
+        }
+
+    def __enter__(self) -> KafkaStreams:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- start-up checks ------------------------------------------------------------------------------------
+    def _check_assignment_strategy(self) -> None:
+        strategy = self.config.consumer_config()["partition.assignment.strategy"]
+        multi = [s for s in self.topology.subtopologies() if len(s.source_topics) > 1]
+        if "range" not in strategy.split(",") and multi:
+            raise ConfigError(
+                f"config key 'consumer.partition.assignment.strategy'={strategy!r} cannot keep co-partitioned "
+                f"topics together: sub-topology {multi[0].id} reads {list(multi[0].source_topics)}. Use 'range' "
+                f"(the default), which gives each instance the same partition numbers of every topic.")
+
+    def check_topics(self, timeout: float = 15.0) -> dict[str, int]:
+        """Partition counts of every topic the topology uses; raises if one is missing or mismatched."""
+        admin = AdminClient(self.config.admin_config())
+        metadata = admin.list_topics(timeout=timeout)
+        counts = {name: len(t.partitions) for name, t in metadata.topics.items() if t.error is None}
+        sources = self.topology.source_topics
+        missing = [t for t in sources if t not in counts]
+        if missing:
+            raise MissingSourceTopicError(
+                f"source topics {missing} do not exist on {self.config['bootstrap.servers']}; create them first")
+        missing_sinks = [t for t in self.topology.sink_topics if t not in counts]
+        if missing_sinks:
+            raise MissingSourceTopicError(
+                f"output topics {missing_sinks} do not exist on {self.config['bootstrap.servers']}; create them first")
+        for sub in self.topology.subtopologies():
+            sub_counts = {topic: counts[topic] for topic in sub.source_topics}
+            if len(set(sub_counts.values())) > 1:
+                raise CoPartitioningError(
+                    f"sub-topology {sub.id} reads topics with different partition counts {sub_counts}; "
+                    f"co-partitioned topics need the same number of partitions (repartition one of them)")
+        return counts

@@ -1,0 +1,221 @@
+"""StreamThread: the poll / process / punctuate / commit loop of one consumer."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from streaming.config import StreamsConfig
+from streaming.runtime.record_collector import KafkaRecordCollector
+from streaming.runtime.task import StreamTask
+from streaming.runtime.task_manager import TaskManager, as_pairs
+from streaming.topology.topology import Topology
+
+log = logging.getLogger(__name__)
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class StreamThread(threading.Thread):
+    """Polls its consumer, hands each partition's records to the owning task, punctuates, commits.
+
+    Commits every ``commit.interval.ms`` (or sooner when a processor asks), on revocation, and on a
+    clean shutdown. A fatal error stops the thread without committing: uncommitted input is
+    re-read by whoever owns the partitions next (at-least-once).
+    """
+
+    def __init__(self, name: str, topology: Topology, config: StreamsConfig,
+                 on_state: Callable[[StreamThread, str], None]) -> None:
+        super().__init__(name=name, daemon=True)
+        self.config = config
+        self._on_state = on_state
+        self._stopping = threading.Event()
+        self._clean_shutdown = True
+        self.exception: BaseException | None = None
+        self.admin = AdminClient(config.admin_config())
+        self.collector = KafkaRecordCollector(config.producer_config(), self.admin)
+        self.consumer = Consumer(config.consumer_config())
+        self.tasks = TaskManager(topology, config, self.collector, wall_clock_ms)
+        self._offset_resets = self.tasks.offset_resets()
+        self._cooperative = "cooperative" in config.consumer_config().get("partition.assignment.strategy", "")
+        self._paused: set[tuple[str, int]] = set()
+        self.processed = 0
+        self.commits = 0
+        self.rebalances = 0
+        self.last_commit_ms = 0.0
+
+    # -- life cycle ------------------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Ask the loop to stop after the current batch; it then commits and closes cleanly."""
+        self._stopping.set()
+
+    def run(self) -> None:
+        try:
+            self.consumer.subscribe(self.tasks.source_topics(), on_assign=self._on_assign,
+                                    on_revoke=self._on_revoke, on_lost=self._on_lost)
+            self._loop()
+            self._commit(list(self.tasks.tasks.values()))
+        except BaseException as exc:  # report every failure, including a KeyboardInterrupt in the thread
+            self.exception = exc
+            self._clean_shutdown = False
+            log.error("stream thread %s failed: %s", self.name, exc, exc_info=exc)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        self.tasks.close_all(clean=self._clean_shutdown)
+        try:
+            self.consumer.close()  # leaves the group; on_revoke finds no tasks left
+        except Exception:
+            log.warning("consumer close failed", exc_info=True)
+        if self._clean_shutdown:
+            self.collector.close()
+        self._on_state(self, "DEAD" if self.exception is None else "FAILED")
+
+    # -- the loop ----------------------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        consume = self.consumer.consume
+        max_records = self.config.max_poll_records
+        poll_seconds = self.config["poll.ms"] / 1000
+        commit_interval = self.config["commit.interval.ms"]
+        next_commit = wall_clock_ms() + commit_interval
+        task_of = self.tasks.task_of
+        while not self._stopping.is_set():
+            messages = consume(max_records, poll_seconds)
+            if messages:
+                self._dispatch(messages, task_of)
+                self.processed += len(messages)
+            if self._paused or any(t.group is not None for t in self.tasks.tasks.values()):
+                self.tasks.process_buffered(max_records)
+                self._resume_drained()
+            self.collector.poll()
+            now = wall_clock_ms()
+            self.tasks.punctuate_wall_clock(now)
+            if now >= next_commit or self.tasks.commit_requested():
+                self._commit(list(self.tasks.tasks.values()))
+                next_commit = wall_clock_ms() + commit_interval
+
+    def _dispatch(self, messages: list[Any], task_of: dict[tuple[str, int], StreamTask]) -> None:
+        """Hand each run of same-partition messages to its task (librdkafka returns them in runs)."""
+        start = 0
+        run_topic = run_partition = None
+        for index, message in enumerate(messages):
+            if message.error() is not None:
+                self._hand_over(messages, start, index, task_of)
+                start = index + 1
+                self._consumer_error(message)
+                continue
+            partition = message.partition()
+            if partition != run_partition or message.topic() != run_topic:
+                self._hand_over(messages, start, index, task_of)
+                start = index
+                run_topic, run_partition = message.topic(), partition
+        self._hand_over(messages, start, len(messages), task_of)
+
+    def _hand_over(self, messages: list[Any], start: int, stop: int,
+                   task_of: dict[tuple[str, int], StreamTask]) -> None:
+        if start >= stop:
+            return
+        run = messages if start == 0 and stop == len(messages) else messages[start:stop]
+        first = run[0]
+        tp = (first.topic(), first.partition())
+        task = task_of.get(tp)
+        if task is None:  # a record fetched just before its partition was revoked
+            return
+        if task.group is None:
+            task.process_messages(run)
+            return
+        task.add_messages(run)
+        if task.buffered_count(tp) >= self.config["buffered.records.per.partition"] and tp not in self._paused:
+            self.consumer.pause([TopicPartition(*tp)])
+            self._paused.add(tp)
+
+    def _resume_drained(self) -> None:
+        limit = self.config["buffered.records.per.partition"]
+        task_of = self.tasks.task_of
+        ready = [tp for tp in self._paused if tp not in task_of or task_of[tp].buffered_count(tp) < limit // 2]
+        if ready:
+            self.consumer.resume([TopicPartition(*tp) for tp in ready if tp in task_of])
+            self._paused.difference_update(ready)
+
+    def _consumer_error(self, message: Any) -> None:
+        error = message.error()
+        if error.code() == KafkaError._PARTITION_EOF:
+            return
+        if error.fatal():
+            raise KafkaException(error)
+        log.warning("consumer error on %s[%s]: %s", message.topic(), message.partition(), error)
+
+    # -- commit -------------------------------------------------------------------------------------------------
+    def _commit(self, tasks: list[StreamTask]) -> None:
+        """Flush stores, wait for every output to be acknowledged, then commit the tasks' offsets."""
+        if not tasks:
+            return
+        started = time.perf_counter()
+        per_task = self.tasks.prepare_commit(tasks)
+        self.collector.flush()
+        offsets = [TopicPartition(topic, partition, offset)
+                   for task_offsets in per_task.values() for (topic, partition), offset in task_offsets.items()]
+        if offsets:
+            try:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:
+                # The group moved on (rebalance, fenced generation): the new owner re-reads from the
+                # last committed offset. Outputs were acknowledged, so nothing is lost (at-least-once).
+                log.warning("offset commit failed, tasks %s will be re-read from the last commit: %s",
+                            list(per_task), exc)
+                return
+        for task in tasks:
+            task.post_commit(per_task[task.id])
+        self.commits += 1
+        self.last_commit_ms = (time.perf_counter() - started) * 1000
+
+    # -- rebalance callbacks (called from inside consume) ------------------------------------------------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        pairs = as_pairs(partitions)
+        if self._offset_resets:
+            self._apply_offset_resets(consumer, partitions)
+        self.tasks.assign(pairs)
+        self._on_state(self, "RUNNING")
+
+    def _apply_offset_resets(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Per-source ``offset_reset``: where the group has no committed offset, start at that end."""
+        chosen = [tp for tp in partitions if tp.topic in self._offset_resets]
+        if not chosen:
+            return
+        committed = consumer.committed(chosen, timeout=10)
+        for tp in committed:
+            if tp.offset < 0:
+                tp.offset = OFFSET_BEGINNING if self._offset_resets[tp.topic] == "earliest" else OFFSET_END
+        by_tp = {(tp.topic, tp.partition): tp for tp in committed}
+        final = [by_tp.get((tp.topic, tp.partition), tp) for tp in partitions]
+        if self._cooperative:
+            consumer.incremental_assign(final)
+        else:
+            consumer.assign(final)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        self._on_state(self, "REBALANCING")
+        pairs = as_pairs(partitions)
+        self._paused.difference_update(pairs)
+        if self._clean_shutdown:
+            self.tasks.revoke(pairs, self._commit)
+        else:
+            self.tasks.lose(pairs)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        self._on_state(self, "REBALANCING")
+        pairs = as_pairs(partitions)
+        self._paused.difference_update(pairs)
+        self.tasks.lose(pairs)

@@ -1,0 +1,338 @@
+"""StreamTask: one partition of one sub-topology — its processors, stores, buffers and offsets."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from streaming.config import StreamsConfig
+from streaming.errors import DeserializationError, ProcessingError, RecordError, StreamsError, TopologyError
+from streaming.processor.api import Cancellable, PunctuationType, Record
+from streaming.runtime.context import NodeContext, fan_out
+from streaming.runtime.partition_group import Buffered, PartitionGroup
+from streaming.runtime.punctuation import PunctuationQueue, PunctuationSchedule
+from streaming.runtime.record_collector import UNASSIGNED, RecordCollector
+from streaming.state.keyvalue import StoreContext
+from streaming.timestamps import is_record_time
+from streaming.topology.nodes import Emit, ProcessorNodeDef, SinkNodeDef, SourceNodeDef
+from streaming.topology.topology import Subtopology, Topology
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+def task_id_of(subtopology: int, partition: int) -> str:
+    """Kafka Streams' task id: ``<subtopology>_<partition>``."""
+    return f"{subtopology}_{partition}"
+
+
+class _Source:
+    """A source topic's decoding: deserializers, timestamp extractor and the first node's function."""
+
+    __slots__ = ("node", "key_deserializer", "value_deserializer", "extractor", "emit")
+
+    def __init__(self, node: SourceNodeDef, config: StreamsConfig, emit: Emit) -> None:
+        self.node = node.name
+        self.key_deserializer = (node.key_serde or config.default_key_serde).deserialize
+        self.value_deserializer = (node.value_serde or config.default_value_serde).deserialize
+        extractor = node.timestamp_extractor or config.default_timestamp_extractor
+        self.extractor = None if is_record_time(extractor) else extractor
+        self.emit = emit
+
+
+class StreamTask:
+    """Runs one sub-topology for one partition number, the same way in production and the test driver.
+
+    The stream thread (or the test driver) hands it messages; the task deserializes them, extracts
+    timestamps, advances stream time (the highest timestamp seen), calls the sub-topology's nodes
+    in-process, and remembers the next offset to commit per partition. ``prepare_commit`` flushes the
+    stores; the caller commits the returned offsets only after the producer acknowledged everything.
+    """
+
+    def __init__(self, subtopology: Subtopology, partition: int, topology: Topology, config: StreamsConfig,
+                 collector: RecordCollector, clock: Callable[[], int],
+                 input_partitions: list[TopicPartition] | None = None) -> None:
+        self.id = task_id_of(subtopology.id, partition)
+        self.subtopology = subtopology
+        self.partition = partition
+        self.application_id = config.application_id
+        self.config = config
+        self.clock = clock
+        self.partitions: list[TopicPartition] = input_partitions or [(t, partition) for t in subtopology.source_topics]
+        self.stream_time = -1
+        self.current: Any = None  # the input message being processed (None inside a punctuation)
+        self.current_timestamp = -1
+        self.commit_requested = False
+        self.consumed: dict[TopicPartition, int] = {}  # next offset to commit, per partition
+        self._committed: dict[TopicPartition, int] = {}
+        self._stream_punctuations = PunctuationQueue()
+        self._wall_punctuations = PunctuationQueue()
+        self._collector = collector
+        self._processors: list[tuple[str, Any]] = []
+        self.stores = self._open_stores(topology)
+        self._emits: dict[str, Emit] = {}
+        self._sources: dict[str, _Source] = {}
+        try:
+            for node in subtopology.nodes:
+                if isinstance(node, SourceNodeDef):
+                    emit = fan_out([self._build(child, topology) for child in node.children])
+                    for topic in node.topics:
+                        self._sources[topic] = _Source(node, config, emit)
+        except Exception:
+            self.close()
+            raise
+        self.group = PartitionGroup(self.partitions, config["max.task.idle.ms"]) if len(self.partitions) > 1 else None
+
+    # -- construction ------------------------------------------------------------------------------------
+    def _open_stores(self, topology: Topology) -> dict[str, Any]:
+        stores: dict[str, Any] = {}
+        builders = topology.store_builders
+        for name in self.subtopology.stores:
+            store = builders[name].build()
+            directory = os.path.join(self.config["state.dir"], self.application_id, self.id, name)
+            store.init(StoreContext(self.application_id, self.id, directory, self.config.default_key_serde,
+                                    self.config.default_value_serde))
+            stores[name] = store
+        return stores
+
+    def _build(self, name: str, topology: Topology) -> Emit:
+        """The function that runs node ``name`` (children are built first)."""
+        if name in self._emits:
+            return self._emits[name]
+        node = topology.node(name)
+        if isinstance(node, SinkNodeDef):
+            emit = self._sink(node)
+        elif isinstance(node, ProcessorNodeDef):
+            children = {child: self._build(child, topology) for child in node.children}
+            context = NodeContext(self, name, children, node.stores)
+            if node.operator is not None:
+                emit = node.operator.compile(children, context)
+            else:
+                emit = self._processor(node, context)
+        else:
+            raise TopologyError(f"node {name!r} cannot be a child: it is a source")
+        self._emits[name] = emit
+        return emit
+
+    def _processor(self, node: ProcessorNodeDef, context: NodeContext) -> Emit:
+        assert node.supplier is not None
+        processor = node.supplier()
+        if not callable(getattr(processor, "process", None)):
+            raise TopologyError(f"the supplier of processor {node.name!r} returned {processor!r}, "
+                                f"which has no process(record) method")
+        processor.init(context)
+        self._processors.append((node.name, processor))
+        process = processor.process
+
+        def emit(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            process(Record(key, value, timestamp, headers))
+        return emit
+
+    def _sink(self, node: SinkNodeDef) -> Emit:
+        serialize_key = (node.key_serde or self.config.default_key_serde).serialize
+        serialize_value = (node.value_serde or self.config.default_value_serde).serialize
+        send = self._collector.send
+        topic = node.topic
+        partitioner = node.partitioner
+        collector = self._collector
+
+        def emit(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            try:
+                key_bytes = serialize_key(key)
+                value_bytes = serialize_value(value)
+            except Exception as exc:
+                raise StreamsError(f"sink {node.name!r} cannot serialize the record for topic {topic!r} "
+                                   f"(key={key!r}): {exc!r}") from exc
+            partition = UNASSIGNED
+            if partitioner is not None:
+                chosen = partitioner(topic, key, value, collector.partition_count(topic))
+                if chosen is not None:
+                    partition = chosen
+            send(topic, key_bytes, value_bytes, timestamp, headers, partition)
+        return emit
+
+    # -- processing ----------------------------------------------------------------------------------------
+    def process_messages(self, messages: list[Any]) -> None:
+        """Process messages of ONE input partition in offset order (the single-partition fast path)."""
+        first = messages[0]
+        source = self._sources[first.topic()]
+        key_de, value_de, extractor, emit = (source.key_deserializer, source.value_deserializer,
+                                              source.extractor, source.emit)
+        stream_time = self.stream_time
+        message = None
+        try:
+            for message in messages:
+                self.current = message
+                try:
+                    key = key_de(message.key())
+                    value = value_de(message.value())
+                except Exception as exc:
+                    raise self._deserialization_error(message, exc) from exc
+                if extractor is None:
+                    timestamp = message.timestamp()[1]
+                else:
+                    timestamp = self._extract(extractor, key, value, message, stream_time)
+                if timestamp > stream_time:
+                    stream_time = timestamp
+                self.current_timestamp = timestamp
+                emit(key, value, timestamp, message.headers())
+        except RecordError:
+            raise
+        except Exception as exc:
+            raise self._processing_error(message, exc) from exc
+        finally:
+            self.stream_time = stream_time
+            self.current = None
+        self.consumed[(first.topic(), first.partition())] = message.offset() + 1
+        if stream_time >= self._stream_punctuations.next_time:
+            self._punctuate(self._stream_punctuations, stream_time)
+
+    def add_messages(self, messages: list[Any]) -> None:
+        """Buffer messages of one partition (multi-partition tasks); deserializes and extracts time now."""
+        first = messages[0]
+        tp = (first.topic(), first.partition())
+        source = self._sources[tp[0]]
+        queue = self.group.queues[tp]  # type: ignore[union-attr]
+        partition_time = queue.partition_time
+        buffered: list[Buffered] = []
+        for message in messages:
+            try:
+                key = source.key_deserializer(message.key())
+                value = source.value_deserializer(message.value())
+            except Exception as exc:
+                raise self._deserialization_error(message, exc) from exc
+            if source.extractor is None:
+                timestamp = message.timestamp()[1]
+            else:
+                timestamp = self._extract(source.extractor, key, value, message, partition_time)
+            if timestamp > partition_time:
+                partition_time = timestamp
+            buffered.append((timestamp, key, value, message))
+        queue.partition_time = partition_time
+        self.group.add(tp, buffered)  # type: ignore[union-attr]
+
+    def process_buffered(self, max_records: int) -> int:
+        """Process up to ``max_records`` buffered records, lowest timestamp first. Returns how many."""
+        group = self.group
+        if group is None or not group.buffered:
+            return 0
+        done = 0
+        now = self.clock()
+        message = None
+        try:
+            while done < max_records:
+                queue = group.next_queue(now)
+                if queue is None:
+                    break
+                timestamp, key, value, message = group.pop(queue)
+                self.current = message
+                if timestamp > self.stream_time:
+                    self.stream_time = timestamp
+                self.current_timestamp = timestamp
+                self._sources[queue.topic].emit(key, value, timestamp, message.headers())
+                self.consumed[(queue.topic, queue.partition)] = message.offset() + 1
+                done += 1
+        except RecordError:
+            raise
+        except Exception as exc:
+            raise self._processing_error(message, exc) from exc
+        finally:
+            self.current = None
+        if self.stream_time >= self._stream_punctuations.next_time:
+            self._punctuate(self._stream_punctuations, self.stream_time)
+        return done
+
+    def buffered_count(self, tp: TopicPartition) -> int:
+        return self.group.size(tp) if self.group is not None else 0
+
+    def _extract(self, extractor: Any, key: Any, value: Any, message: Any, partition_time: int) -> int:
+        try:
+            timestamp = extractor.extract(key, value, message.timestamp()[1], partition_time)
+        except Exception as exc:
+            raise ProcessingError(f"timestamp extractor {extractor!r} failed: {exc!r}", message.topic(),
+                                  message.partition(), message.offset()) from exc
+        if not isinstance(timestamp, int) or timestamp < 0:
+            raise ProcessingError(f"timestamp extractor {extractor!r} returned an invalid timestamp "
+                                  f"{timestamp!r} (must be a non-negative int of epoch ms)",
+                                  message.topic(), message.partition(), message.offset())
+        return timestamp
+
+    def _deserialization_error(self, message: Any, exc: Exception) -> DeserializationError:
+        source = self._sources[message.topic()]
+        return DeserializationError(
+            f"task {self.id}: source {source.node!r} cannot deserialize the record: {exc!r}; "
+            f"key bytes={_preview(message.key())}, value bytes={_preview(message.value())}",
+            message.topic(), message.partition(), message.offset())
+
+    def _processing_error(self, message: Any, exc: Exception) -> ProcessingError:
+        where = (message.topic(), message.partition(), message.offset()) if message is not None else (None,) * 3
+        return ProcessingError(f"task {self.id}: processing failed: {exc!r}", *where)
+
+    # -- punctuation -----------------------------------------------------------------------------------------
+    def schedule(self, interval: int, punctuation_type: PunctuationType, callback: Callable[[int], None],
+                 node: str) -> Cancellable:
+        if punctuation_type is PunctuationType.STREAM_TIME:
+            # Aligned to 0: the first punctuation comes with the first record, then every interval.
+            return self._stream_punctuations.add(PunctuationSchedule(0, interval, callback, node))
+        return self._wall_punctuations.add(PunctuationSchedule(self.clock() + interval, interval, callback, node))
+
+    def maybe_punctuate_wall_clock(self, now: int) -> bool:
+        if now < self._wall_punctuations.next_time:
+            return False
+        return self._punctuate(self._wall_punctuations, now)
+
+    def maybe_punctuate_stream_time(self) -> bool:
+        if self.stream_time < 0 or self.stream_time < self._stream_punctuations.next_time:
+            return False
+        return self._punctuate(self._stream_punctuations, self.stream_time)
+
+    def _punctuate(self, queue: PunctuationQueue, now: int) -> bool:
+        def fire(schedule: PunctuationSchedule, timestamp: int) -> None:
+            self.current = None
+            self.current_timestamp = timestamp
+            try:
+                schedule.callback(timestamp)
+            except StreamsError:
+                raise
+            except Exception as exc:
+                raise StreamsError(f"task {self.id}: punctuator of processor {schedule.node!r} failed at "
+                                   f"time {timestamp}: {exc!r}") from exc
+        return queue.punctuate(now, fire)
+
+    # -- commit and close -------------------------------------------------------------------------------------
+    def prepare_commit(self) -> dict[TopicPartition, int]:
+        """Flush the stores; return the offsets processed since the last commit."""
+        for store in self.stores.values():
+            store.flush()
+        return {tp: offset for tp, offset in self.consumed.items() if self._committed.get(tp) != offset}
+
+    def post_commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """Record that ``offsets`` are committed (the checkpoint file will be written here)."""
+        self._committed.update(offsets)
+        self.commit_requested = False
+
+    def close(self) -> None:
+        """Close processors, then stores. Errors are logged so every resource gets its chance to close."""
+        for name, processor in reversed(self._processors):
+            try:
+                processor.close()
+            except Exception:
+                log.exception("task %s: processor %r failed to close", self.id, name)
+        self._processors.clear()
+        for name, store in self.stores.items():
+            try:
+                store.close()
+            except Exception:
+                log.exception("task %s: store %r failed to close", self.id, name)
+        if self.group is not None:
+            self.group.clear()
+
+
+def _preview(data: bytes | None, limit: int = 60) -> str:
+    if data is None:
+        return "None"
+    shown = data[:limit]
+    return repr(shown) + ("..." if len(data) > limit else "")

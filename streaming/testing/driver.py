@@ -1,0 +1,171 @@
+"""TopologyTestDriver: run a topology with no broker, deterministically, through the production task code."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections import defaultdict, deque
+from datetime import timedelta
+from typing import Any
+
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
+
+from streaming.config import StreamsConfig
+from streaming.runtime.context import to_millis
+from streaming.runtime.task import StreamTask
+from streaming.serdes import Serde
+from streaming.state.api import KeyValueStore, StateStore
+from streaming.testing.topics import TestInputTopic, TestOutputTopic, TestRecord
+from streaming.topology.topology import Topology
+
+
+class _DriverCollector:
+    """Collects produced records per topic (one partition each) instead of sending them to Kafka."""
+
+    def __init__(self) -> None:
+        self.outputs: dict[str, deque[TestRecord]] = defaultdict(deque)
+        self.pending: deque[tuple[str, TestRecord]] = deque()
+        self.produced: set[str] = set()  # every topic written to, read or not
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
+             partition: int = -1) -> None:
+        record = TestRecord(key, value, timestamp, list(headers) if headers else [])
+        self.outputs[topic].append(record)
+        self.pending.append((topic, record))
+        self.produced.add(topic)
+
+    def partition_count(self, topic: str) -> int:
+        return 1
+
+    def flush(self) -> None:
+        """Nothing to wait for."""
+
+
+class TopologyTestDriver:
+    """Pipe records into a topology and read what it writes, with no Kafka.
+
+    Like Kafka Streams' driver: every topic has one partition, so there is one task per sub-topology;
+    records written to a topic the topology also reads (a repartition topic, say) are processed right
+    away; after every piped record the driver commits, which flushes stores (and their caches).
+    Wall-clock time is simulated: it moves only with :meth:`advance_wall_clock_time`.
+    """
+
+    def __init__(self, topology: Topology, config: dict[str, Any] | None = None,
+                 initial_wall_clock_time_ms: int | None = None) -> None:
+        settings = {"application.id": "topology-test-driver", **(config or {})}
+        self._state_dir = None
+        if "state.dir" not in settings:
+            self._state_dir = tempfile.mkdtemp(prefix="brook-test-driver-")
+            settings["state.dir"] = self._state_dir
+        self.config = StreamsConfig(settings, require_bootstrap=False)
+        self.wall_clock_ms = int(time.time() * 1000) if initial_wall_clock_time_ms is None \
+            else initial_wall_clock_time_ms
+        self._collector = _DriverCollector()
+        self._offsets: dict[str, int] = defaultdict(int)
+        self._tasks: list[StreamTask] = []
+        self._task_by_topic: dict[str, StreamTask] = {}
+        try:
+            for subtopology in topology.subtopologies():
+                task = StreamTask(subtopology, 0, topology, self.config, self._collector, lambda: self.wall_clock_ms)
+                self._tasks.append(task)
+                for topic in subtopology.source_topics:
+                    self._task_by_topic[topic] = task
+        except Exception:
+            self.close()
+            raise
+
+    # -- topics -------------------------------------------------------------------------------------------
+    def create_input_topic(self, topic: str, key_serde: Serde[Any] | None = None,
+                           value_serde: Serde[Any] | None = None, start_timestamp: int | None = None,
+                           auto_advance: int | timedelta = 0) -> TestInputTopic:
+        """An input topic; serdes default to the config's default serdes."""
+        if topic not in self._task_by_topic:
+            raise ValueError(f"topic {topic!r} is not read by the topology (it reads {sorted(self._task_by_topic)})")
+        advance = to_millis(auto_advance, "auto_advance") if auto_advance else 0
+        return TestInputTopic(self, topic, key_serde or self.config.default_key_serde,
+                              value_serde or self.config.default_value_serde,
+                              self.wall_clock_ms if start_timestamp is None else start_timestamp, advance)
+
+    def create_output_topic(self, topic: str, key_serde: Serde[Any] | None = None,
+                            value_serde: Serde[Any] | None = None) -> TestOutputTopic:
+        """An output topic to read; serdes default to the config's default serdes."""
+        return TestOutputTopic(self._collector.outputs[topic], topic, key_serde or self.config.default_key_serde,
+                               value_serde or self.config.default_value_serde)
+
+    @property
+    def produced_topic_names(self) -> set[str]:
+        """Every topic the topology wrote to so far, whether or not its records were read (as Kafka's)."""
+        return set(self._collector.produced)
+
+    # -- driving ------------------------------------------------------------------------------------------
+    def pipe_raw(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int,
+                 headers: list[tuple[str, bytes | None]] | None = None) -> None:
+        """Process one serialized record on ``topic`` (what TestInputTopic calls)."""
+        self._process(topic, key, value, timestamp, headers)
+        self._drain()
+        self._commit()
+
+    def _process(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any) -> None:
+        offset = self._offsets[topic]
+        self._offsets[topic] = offset + 1
+        message = Message(topic=topic, partition=0, offset=offset, key=key, value=value,
+                          timestamp=(TIMESTAMP_CREATE_TIME, timestamp), headers=headers or None)
+        task = self._task_by_topic[topic]
+        if task.group is None:
+            task.process_messages([message])
+        else:
+            task.add_messages([message])
+            task.process_buffered(1_000_000)
+
+    def _drain(self) -> None:
+        """Process records the topology wrote to topics it reads itself (repartition topics)."""
+        pending = self._collector.pending
+        while pending:
+            topic, record = pending.popleft()
+            if topic in self._task_by_topic:
+                self._process(topic, record.key, record.value, record.timestamp, record.headers)
+
+    def _commit(self) -> None:
+        for task in self._tasks:
+            task.post_commit(task.prepare_commit())
+        self._drain()
+
+    def advance_wall_clock_time(self, advance: int | timedelta) -> None:
+        """Move simulated wall-clock time forward and fire the wall-clock punctuators that are due."""
+        self.wall_clock_ms += to_millis(advance, "advance")
+        for task in self._tasks:
+            task.maybe_punctuate_wall_clock(self.wall_clock_ms)
+        self._drain()
+        self._commit()
+
+    # -- state ------------------------------------------------------------------------------------------------
+    def get_state_store(self, name: str) -> StateStore:
+        for task in self._tasks:
+            if name in task.stores:
+                return task.stores[name]
+        raise KeyError(f"no state store named {name!r}; stores: {sorted(self.get_all_state_stores())}")
+
+    def get_key_value_store(self, name: str) -> KeyValueStore[Any, Any]:
+        store = self.get_state_store(name)
+        if not isinstance(store, KeyValueStore):
+            raise TypeError(f"state store {name!r} is a {type(store).__name__}, not a key-value store")
+        return store
+
+    def get_all_state_stores(self) -> dict[str, StateStore]:
+        return {name: store for task in self._tasks for name, store in task.stores.items()}
+
+    def close(self) -> None:
+        """Close processors and stores, and remove the driver's temporary state directory."""
+        for task in self._tasks:
+            task.close()
+        self._tasks.clear()
+        if self._state_dir is not None:
+            shutil.rmtree(self._state_dir, ignore_errors=True)
+            self._state_dir = None
+
+    def __enter__(self) -> TopologyTestDriver:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,57 @@
+"""Node definitions of a topology: what to build in every task, not the running instances."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from streaming.serdes import Serde
+from streaming.timestamps import TimestampExtractor
+
+# The internal calling convention between nodes: (key, value, timestamp, headers) -> None.
+Emit = Callable[[Any, Any, int, Any], None]
+# StreamPartitioner: (topic, key, value, num_partitions) -> partition or None (default partitioner).
+Partitioner = Callable[[str, Any, Any, int], "int | None"]
+
+
+class Operator(Protocol):
+    """A DSL operation compiled into one plain function per task: no Processor object on the hot path.
+
+    ``children`` maps each child node's name to its function, in the order the children were added.
+    """
+
+    def compile(self, children: dict[str, Emit], context: Any) -> Emit: ...
+
+    def describe(self) -> str: ...
+
+
+@dataclass
+class NodeDef:
+    name: str
+    parents: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SourceNodeDef(NodeDef):
+    topics: list[str] = field(default_factory=list)
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    timestamp_extractor: TimestampExtractor | None = None
+    offset_reset: str | None = None  # "earliest" | "latest" | None (the consumer's auto.offset.reset)
+
+
+@dataclass
+class ProcessorNodeDef(NodeDef):
+    supplier: Callable[[], Any] | None = None  # Processor API: a new Processor per task
+    operator: Operator | None = None  # DSL: compiled to a function
+    stores: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SinkNodeDef(NodeDef):
+    topic: str = ""
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    partitioner: Partitioner | None = None

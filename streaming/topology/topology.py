@@ -1,0 +1,196 @@
+"""``Topology``: source, processor and sink nodes plus state stores, split into sub-topologies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from streaming.errors import TopologyError
+from streaming.serdes import Serde
+from streaming.state.stores import StoreBuilder
+from streaming.timestamps import TimestampExtractor
+from streaming.topology.description import SubtopologyDescription, TopologyDescription
+from streaming.topology.nodes import NodeDef, Operator, Partitioner, ProcessorNodeDef, SinkNodeDef, SourceNodeDef
+
+
+@dataclass(frozen=True)
+class Subtopology:
+    """Nodes connected by parent/child edges or a shared store. One task per input partition runs them."""
+
+    id: int
+    nodes: tuple[NodeDef, ...]
+    source_topics: tuple[str, ...]
+    sink_topics: tuple[str, ...]
+    stores: tuple[str, ...]
+
+    def source_for(self, topic: str) -> SourceNodeDef:
+        for node in self.nodes:
+            if isinstance(node, SourceNodeDef) and topic in node.topics:
+                return node
+        raise KeyError(topic)
+
+
+class Topology:
+    """A processor topology, built with the Processor API or by ``StreamsBuilder.build()``.
+
+    Every ``add_*`` method returns the topology, so calls chain. Names must be unique; parents must
+    exist before their children are added.
+    """
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, NodeDef] = {}
+        self._stores: dict[str, StoreBuilder] = {}
+        self._topic_sources: dict[str, str] = {}
+        self._subtopologies: list[Subtopology] | None = None
+
+    # -- building -------------------------------------------------------------------------------------
+    def add_source(self, name: str, *topics: str, key_serde: Serde[Any] | None = None,
+                   value_serde: Serde[Any] | None = None, timestamp_extractor: TimestampExtractor | None = None,
+                   offset_reset: str | None = None) -> Topology:
+        """A source node reading ``topics`` (serdes default to the config's default serdes)."""
+        if not topics:
+            raise TopologyError(f"source {name!r} needs at least one topic")
+        if offset_reset not in (None, "earliest", "latest"):
+            raise TopologyError(f"source {name!r}: offset_reset must be 'earliest' or 'latest', got {offset_reset!r}")
+        for topic in topics:
+            if not isinstance(topic, str) or not topic:
+                raise TopologyError(f"source {name!r}: topic names must be non-empty strings, got {topic!r}")
+            if topic in self._topic_sources:
+                raise TopologyError(f"topic {topic!r} is already read by source {self._topic_sources[topic]!r}; "
+                                    f"a topic can be read by one source node only")
+        self._add(SourceNodeDef(name, topics=list(topics), key_serde=key_serde, value_serde=value_serde,
+                                timestamp_extractor=timestamp_extractor, offset_reset=offset_reset), ())
+        for topic in topics:
+            self._topic_sources[topic] = name
+        return self
+
+    def add_processor(self, name: str, supplier: Callable[[], Any], *parent_names: str) -> Topology:
+        """A processor node; ``supplier()`` must return a new ``Processor`` each call (one per task)."""
+        if not callable(supplier):
+            raise TopologyError(f"processor {name!r}: supplier must be callable (a Processor class or factory)")
+        self._add(ProcessorNodeDef(name, supplier=supplier), parent_names)
+        return self
+
+    def add_operator(self, name: str, operator: Operator, *parent_names: str) -> Topology:
+        """A DSL operation node (internal to ``StreamsBuilder``; compiled to a function per task)."""
+        self._add(ProcessorNodeDef(name, operator=operator), parent_names)
+        return self
+
+    def add_sink(self, name: str, topic: str, *parent_names: str, key_serde: Serde[Any] | None = None,
+                 value_serde: Serde[Any] | None = None, partitioner: Partitioner | None = None) -> Topology:
+        """A sink node writing to ``topic``. ``partitioner(topic, key, value, n)`` may pick the partition."""
+        if not isinstance(topic, str) or not topic:
+            raise TopologyError(f"sink {name!r}: topic must be a non-empty string, got {topic!r}")
+        self._add(SinkNodeDef(name, topic=topic, key_serde=key_serde, value_serde=value_serde,
+                              partitioner=partitioner), parent_names)
+        return self
+
+    def add_state_store(self, store_builder: StoreBuilder, *processor_names: str) -> Topology:
+        """Register a store (one instance per task) and connect it to the named processors."""
+        if store_builder.name in self._stores:
+            raise TopologyError(f"state store {store_builder.name!r} is already added to this topology")
+        self._stores[store_builder.name] = store_builder
+        self.connect_processor_and_state_stores(*processor_names, store_names=[store_builder.name])
+        return self
+
+    def connect_processor_and_state_stores(self, *processor_names: str, store_names: list[str]) -> Topology:
+        """Give processors access to stores already added."""
+        for processor_name in processor_names:
+            node = self._nodes.get(processor_name)
+            if not isinstance(node, ProcessorNodeDef):
+                raise TopologyError(f"cannot connect stores {store_names} to {processor_name!r}: no such processor")
+            for store in store_names:
+                if store not in self._stores:
+                    raise TopologyError(f"processor {processor_name!r} uses state store {store!r}, "
+                                        f"which was never added (add_state_store)")
+                if store not in node.stores:
+                    node.stores.append(store)
+        self._subtopologies = None
+        return self
+
+    def _add(self, node: NodeDef, parent_names: tuple[str, ...] | list[str]) -> None:
+        if not isinstance(node.name, str) or not node.name:
+            raise TopologyError(f"node names must be non-empty strings, got {node.name!r}")
+        if node.name in self._nodes:
+            raise TopologyError(f"a node named {node.name!r} is already in this topology")
+        if not isinstance(node, SourceNodeDef) and not parent_names:
+            raise TopologyError(f"{type(node).__name__.removesuffix('NodeDef').lower()} {node.name!r} needs a parent")
+        for parent in parent_names:
+            parent_node = self._nodes.get(parent)
+            if parent_node is None:
+                raise TopologyError(f"{node.name!r} names parent {parent!r}, which is not in the topology")
+            if isinstance(parent_node, SinkNodeDef):
+                raise TopologyError(f"{node.name!r} cannot have sink {parent!r} as a parent")
+        node.parents = list(parent_names)
+        for parent in parent_names:
+            self._nodes[parent].children.append(node.name)
+        self._nodes[node.name] = node
+        self._subtopologies = None
+
+    # -- reading ---------------------------------------------------------------------------------------
+    @property
+    def store_builders(self) -> dict[str, StoreBuilder]:
+        return dict(self._stores)
+
+    def node(self, name: str) -> NodeDef:
+        return self._nodes[name]
+
+    @property
+    def source_topics(self) -> list[str]:
+        return list(self._topic_sources)
+
+    @property
+    def sink_topics(self) -> list[str]:
+        return sorted({n.topic for n in self._nodes.values() if isinstance(n, SinkNodeDef)})
+
+    def subtopologies(self) -> list[Subtopology]:
+        """The sub-topologies, numbered in the order their first node was added."""
+        if self._subtopologies is None:
+            self._subtopologies = self._split()
+        return self._subtopologies
+
+    def _split(self) -> list[Subtopology]:
+        if not self._nodes:
+            raise TopologyError("the topology has no nodes")
+        root: dict[str, str] = {name: name for name in self._nodes}
+
+        def find(name: str) -> str:
+            while root[name] != name:
+                root[name] = root[root[name]]
+                name = root[name]
+            return name
+
+        def union(a: str, b: str) -> None:
+            root[find(a)] = find(b)
+
+        store_users: dict[str, str] = {}
+        for node in self._nodes.values():
+            for parent in node.parents:
+                union(node.name, parent)
+            if isinstance(node, ProcessorNodeDef):
+                for store in node.stores:
+                    if store in store_users:
+                        union(node.name, store_users[store])
+                    store_users[store] = node.name
+        groups: dict[str, list[NodeDef]] = {}
+        for node in self._nodes.values():
+            groups.setdefault(find(node.name), []).append(node)
+        result = []
+        for index, nodes in enumerate(groups.values()):
+            sources = [n for n in nodes if isinstance(n, SourceNodeDef)]
+            if not sources:
+                raise TopologyError(f"nodes {[n.name for n in nodes]} are not connected to any source")
+            result.append(Subtopology(
+                id=index, nodes=tuple(nodes),
+                source_topics=tuple(t for s in sources for t in s.topics),
+                sink_topics=tuple(sorted({n.topic for n in nodes if isinstance(n, SinkNodeDef)})),
+                stores=tuple(sorted({s for n in nodes if isinstance(n, ProcessorNodeDef) for s in n.stores}))))
+        return result
+
+    def describe(self) -> TopologyDescription:
+        """The sub-topologies and their nodes; ``print()`` it for Kafka Streams' familiar text."""
+        return TopologyDescription(tuple(SubtopologyDescription(s.id, s.nodes) for s in self.subtopologies()))
+
+    def __repr__(self) -> str:
+        return str(self.describe())
