@@ -94,13 +94,30 @@ def brook_config_strings(settings: dict[str, Any]) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------------
 
 
+@dataclass
+class BrokerHandle:
+    bootstrap_servers: str
+    pid: int | None = None  # known for the embedded broker; None for an external one
+    embedded: bool = False
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time the broker process has used so far (Linux /proc), or None if unknown."""
+        if self.pid is None:
+            return None
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
+
 @contextlib.contextmanager
-def broker(bootstrap_servers: str | None = None, workdir: str | None = None) -> Iterator[str]:
-    """Yield bootstrap servers: ``bootstrap_servers`` if given (an already running broker or
+def broker(bootstrap_servers: str | None = None, workdir: str | None = None) -> Iterator[BrokerHandle]:
+    """Yield a :class:`BrokerHandle`: ``bootstrap_servers`` if given (an already running broker or
     cluster, left alone), else a fresh embedded broker (``streaming.broker.EmbeddedBroker``) that is
     always stopped on the way out."""
     if bootstrap_servers:
-        yield bootstrap_servers
+        yield BrokerHandle(bootstrap_servers)
         return
     try:
         from streaming.broker import EmbeddedBroker
@@ -115,7 +132,7 @@ def broker(bootstrap_servers: str | None = None, workdir: str | None = None) -> 
         b = EmbeddedBroker(workdir=workdir)
         b.start()
         try:
-            yield b.bootstrap_servers
+            yield BrokerHandle(b.bootstrap_servers, getattr(b, "pid", None), embedded=True)
         finally:
             b.stop()
 

@@ -238,7 +238,7 @@ class SideUnavailable(Exception):
 
 def run_side(
     side: str,
-    bootstrap: str,
+    broker: C.BrokerHandle,
     in_topic: str,
     out_topic: str,
     group_id: str,
@@ -248,6 +248,7 @@ def run_side(
     *,
     verify: bool,
 ) -> dict[str, Any]:
+    bootstrap = broker.bootstrap_servers
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     stop = ctx.Event()
@@ -280,6 +281,7 @@ def run_side(
         t0 = events["started"]
         deadline = t0 + timeout
         watch_cpu0 = C.cpu_seconds()
+        broker_cpu0 = broker.cpu_seconds()
 
         # 2. until all expected output is in the output topic
         t_first = t_done = None
@@ -321,6 +323,9 @@ def run_side(
             time.sleep(max(0.0, WATCH_INTERVAL_S - (time.monotonic() - tick)))
 
         result["watcher_cpu_s"] = round(C.cpu_seconds() - watch_cpu0, 2)
+        broker_cpu1 = broker.cpu_seconds()
+        if broker_cpu0 is not None and broker_cpu1 is not None:
+            result["broker_cpu_s"] = round(broker_cpu1 - broker_cpu0, 2)
 
         # 3. until the consumed offsets are committed (Brook commits every commit.interval.ms)
         t_committed = None
@@ -447,6 +452,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--records", type=int, default=1_000_000, help="input records (default 1,000,000)")
     p.add_argument("--bootstrap", help="use this running broker instead of starting the embedded one")
     p.add_argument("--only", choices=("ceiling", "brook"), help="run one side only")
+    p.add_argument("--brook-first", action="store_true", help="run Brook before the ceiling (order check)")
     p.add_argument("--batch", type=int, default=1000, help="ceiling: consume(num_messages=N) (default 1000)")
     p.add_argument("--consumer-set", action="append", metavar="KEY=VALUE",
                    help="override a consumer setting (both sides)")
@@ -488,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     exit_code = 0
     print(f"brook bench: {NAME} -- {WORKLOAD}", flush=True)
-    with C.broker(args.bootstrap) as bootstrap:
+    with C.broker(args.bootstrap) as handle:
+        bootstrap = handle.bootstrap_servers
         where = "" if args.bootstrap else " (embedded, started for this run)"
         print(f"broker: {bootstrap}{where}", flush=True)
         results["bootstrap_servers"] = bootstrap
@@ -512,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         sides = ["ceiling", "brook"] if args.only is None else [args.only]
+        if args.brook_first:
+            sides.reverse()
         for side in sides:
             out_topic = f"bench-{NAME}-out-{side}-{rid}"
             group_id = f"bench-{NAME}-{side}-{rid}"
@@ -531,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"running {side} ...", flush=True)
             try:
                 res = run_side(
-                    side, bootstrap, in_topic, out_topic, group_id, load, child_cfg, args.timeout,
+                    side, handle, in_topic, out_topic, group_id, load, child_cfg, args.timeout,
                     verify=not args.no_verify,
                 )
             except SideUnavailable as exc:
@@ -615,7 +624,7 @@ def _report(results: dict[str, Any]) -> str:
         "",
     ]
     headers = ["side", "records", "seconds", "records/s", "join+first (s)", "s from 1st out",
-               "rec/s from 1st out", "peak RSS MB", "CPU s", "output check"]
+               "rec/s from 1st out", "peak RSS MB", "CPU s", "broker CPU s", "output check"]
     rows = []
     for name in ("ceiling", "brook"):
         r = results["sides"].get(name)
@@ -623,7 +632,7 @@ def _report(results: dict[str, Any]) -> str:
             continue
         if r.get("status") != "ok":
             status = r.get("status", "?").upper()
-            rows.append([name, f"{inp['records']:,}", "-", "-", "-", "-", "-", "-", "-", status])
+            rows.append([name, f"{inp['records']:,}", "-", "-", "-", "-", "-", "-", "-", "-", status])
             continue
         ver = r.get("verification")
         rps_ff = r.get("records_per_s_from_first_output")
@@ -641,10 +650,11 @@ def _report(results: dict[str, Any]) -> str:
                 f"{rps_ff:,.0f}" if rps_ff else "-",
                 _f(r.get("peak_rss_mb"), 0),
                 _f(r.get("cpu_s"), 1),
+                _f(r.get("broker_cpu_s"), 1),
                 check,
             ]
         )
-    lines.append(C.fmt_table(headers, rows, "lrrrrrrrrl"))
+    lines.append(C.fmt_table(headers, rows, "lrrrrrrrrrl"))
     lines.append("")
     ratio = results.get("ratio", {})
     if ratio.get("total") is not None:

@@ -32,7 +32,11 @@ class Serde(Generic[T]):
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"Serdes.{type(self).__name__}()"
+        # Built-ins print as their factory call (``Serdes.Long()``), which resolve_serde reads back.
+        name = type(self).__name__
+        if type(self).__module__ == __name__ and name.endswith("Serde"):
+            return f"Serdes.{name.removesuffix('Serde')}()"
+        return f"{type(self).__qualname__}()"
 
 
 class StringSerde(Serde[str]):

@@ -62,7 +62,7 @@ class StreamThread(threading.Thread):
             self.consumer.subscribe(self.tasks.source_topics(), on_assign=self._on_assign,
                                     on_revoke=self._on_revoke, on_lost=self._on_lost)
             self._loop()
-            self._commit(list(self.tasks.tasks.values()))
+            self.tasks.shutdown(self._commit)
         except BaseException as exc:  # report every failure, including a KeyboardInterrupt in the thread
             self.exception = exc
             self._clean_shutdown = False

@@ -314,14 +314,18 @@ class StreamTask:
         self._committed.update(offsets)
         self.commit_requested = False
 
-    def close(self) -> None:
-        """Close processors, then stores. Errors are logged so every resource gets its chance to close."""
+    def suspend(self) -> None:
+        """Close the processors (they may still forward from ``close()``); the caller commits after this."""
         for name, processor in reversed(self._processors):
             try:
                 processor.close()
             except Exception:
                 log.exception("task %s: processor %r failed to close", self.id, name)
         self._processors.clear()
+
+    def close(self) -> None:
+        """Close processors (unless suspended), then stores. Errors are logged so everything gets closed."""
+        self.suspend()
         for name, store in self.stores.items():
             try:
                 store.close()

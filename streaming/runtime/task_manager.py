@@ -56,8 +56,17 @@ class TaskManager:
             log.info("created task %s for partitions %s", task_id, tps)
 
     def revoke(self, partitions: list[TopicPartition], commit: Callable[[list[StreamTask]], None]) -> None:
-        """Commit, then close, every task that owns one of ``partitions``."""
-        tasks = self._owners(partitions)
+        """Close cleanly every task that owns one of ``partitions``."""
+        self._close_clean(self._owners(partitions), commit)
+
+    def shutdown(self, commit: Callable[[list[StreamTask]], None]) -> None:
+        """Close every task cleanly (the worker is stopping)."""
+        self._close_clean(list(self.tasks.values()), commit)
+
+    def _close_clean(self, tasks: list[StreamTask], commit: Callable[[list[StreamTask]], None]) -> None:
+        """As Kafka Streams: suspend (close processors, which may still forward), commit, close stores."""
+        for task in tasks:
+            task.suspend()
         if tasks:
             commit(tasks)
         for task in tasks:

@@ -1,0 +1,1 @@
+"""The stream applications the platform runs: word count (Processor API) and the orders pipeline."""

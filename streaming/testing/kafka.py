@@ -1,0 +1,134 @@
+"""Helpers for tests and demos against a real broker: produce records, read a topic to its end,
+and read a group's committed offsets.
+
+Completeness is judged by partition EOF at the fetched high watermark, never by ListOffsets
+"latest" (which the embedded broker answers wrongly; see DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+
+from streaming.serdes import Serde
+
+
+@dataclass(frozen=True)
+class ConsumedRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: Any
+    value: Any
+    timestamp: int
+    headers: list[tuple[str, bytes | None]]
+
+
+def produce(bootstrap_servers: str, topic: str, records: Iterable[Any], key_serde: Serde[Any],
+            value_serde: Serde[Any], producer_config: dict[str, Any] | None = None) -> dict[int, int]:
+    """Produce ``records`` (objects with key, value, timestamp and optional headers) with the Java
+    client's partitioner; returns the end offset per partition (next offset after the last record)."""
+    ends: dict[int, int] = {}
+    failures: list[str] = []
+
+    def delivered(error: KafkaError | None, message: Any) -> None:
+        if error is not None:
+            failures.append(str(error))
+        else:
+            ends[message.partition()] = max(ends.get(message.partition(), 0), message.offset() + 1)
+
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random",
+                         "linger.ms": 5, **(producer_config or {})})
+    for count, record in enumerate(records):
+        kwargs: dict[str, Any] = {"timestamp": record.timestamp} if record.timestamp is not None else {}
+        if getattr(record, "headers", None):
+            kwargs["headers"] = record.headers
+        while True:
+            try:
+                producer.produce(topic, value_serde.serialize(record.value), key_serde.serialize(record.key),
+                                 on_delivery=delivered, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if count % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(60) > 0:
+        raise RuntimeError(f"records to {topic!r} still unacknowledged after 60 s")
+    if failures:
+        raise RuntimeError(f"{len(failures)} records failed to reach {topic!r}: {failures[0]}")
+    return ends
+
+
+def read_topic(bootstrap_servers: str, topic: str, key_serde: Serde[Any], value_serde: Serde[Any],
+               partitions: int, timeout: float = 30.0) -> list[ConsumedRecord]:
+    """Every record of ``topic`` from the beginning to partition EOF on all ``partitions``."""
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"reader-{uuid.uuid4().hex}",
+                         "enable.partition.eof": True, "enable.auto.commit": False,
+                         "fetch.queue.backoff.ms": 10})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    records: list[ConsumedRecord] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(at_end) < partitions:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic!r}: partitions {sorted(set(range(partitions)) - at_end)} "
+                                   f"did not reach their end within {timeout} s")
+            for message in consumer.consume(10_000, 0.2):
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(message.partition())
+                        continue
+                    raise RuntimeError(f"reading {topic!r}: {error}")
+                at_end.discard(message.partition())
+                records.append(ConsumedRecord(topic, message.partition(), message.offset(),
+                                              key_serde.deserialize(message.key()),
+                                              value_serde.deserialize(message.value()),
+                                              message.timestamp()[1], message.headers() or []))
+    finally:
+        consumer.close()
+    return records
+
+
+def committed_offsets(bootstrap_servers: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offset per partition (0 where none is committed)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": group, "enable.auto.commit": False})
+    try:
+        committed = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+    finally:
+        consumer.close()
+    return {tp.partition: max(tp.offset, 0) for tp in committed}
+
+
+def group_lag(bootstrap_servers: str, group: str, topic: str, partitions: int, timeout: float = 30.0) -> int:
+    """Records of ``topic`` after the group's committed offsets, counted by reading to partition EOF."""
+    committed = committed_offsets(bootstrap_servers, group, topic, partitions)
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"lag-{uuid.uuid4().hex}",
+                         "enable.partition.eof": True, "enable.auto.commit": False,
+                         "fetch.queue.backoff.ms": 10})
+    consumer.assign([TopicPartition(topic, p, committed[p] or OFFSET_BEGINNING) for p in range(partitions)])
+    lag = 0
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(at_end) < partitions:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"lag of {group!r} on {topic!r}: no partition EOF within {timeout} s")
+            for message in consumer.consume(10_000, 0.2):
+                error = message.error()
+                if error is None:
+                    lag += 1
+                    at_end.discard(message.partition())
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+                else:
+                    raise RuntimeError(f"reading {topic!r}: {error}")
+    finally:
+        consumer.close()
+    return lag
