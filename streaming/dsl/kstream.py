@@ -134,13 +134,16 @@ class BranchedKStream:
         self._operator = ops.Branch()
         self._node = stream._builder._add_operator("BRANCH", self._operator, None, stream._node)
         self._branches: dict[str, KStream] = {}
+        self._names: set[str] = set()
         self._done = False
 
     def branch(self, predicate: KeyValuePredicate, name: str | None = None,
                chain: Callable[[KStream], Any] | None = None) -> BranchedKStream:
         """Records matching ``predicate(key, value)`` (and no earlier branch) go to this branch.
 
-        ``chain(stream)`` may build on the branch right away (Kafka Streams' ``Branched.withConsumer``).
+        ``chain(stream)`` builds on the branch right away: if it returns a KStream, that stream is the
+        branch in the result (Kafka Streams' ``Branched.withFunction``); if it returns None, the branch
+        is left out of the result (``Branched.withConsumer``).
         """
         self._check_open()
         branch_name = self._prefix + (name if name is not None else str(len(self._operator.branches) + 1))
@@ -163,14 +166,16 @@ class BranchedKStream:
         return dict(self._branches)
 
     def _add_branch(self, branch_name: str, chain: Callable[[KStream], Any] | None) -> str:
-        if branch_name in self._branches:
+        if branch_name in self._names:
             raise TopologyError(f"split(): branch {branch_name!r} is defined twice")
+        self._names.add(branch_name)
         builder = self._stream._builder
         node = builder._add_operator("BRANCH-CHILD", ops.PassThrough(), None, self._node)
-        stream = KStream(builder, node, self._stream.key_serde, self._stream.value_serde)
-        self._branches[branch_name] = stream
+        stream: KStream | None = KStream(builder, node, self._stream.key_serde, self._stream.value_serde)
         if chain is not None:
-            chain(stream)
+            stream = chain(stream)
+        if stream is not None:
+            self._branches[branch_name] = stream
         return node
 
     def _check_open(self) -> None:

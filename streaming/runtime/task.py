@@ -75,6 +75,7 @@ class StreamTask:
         self.stores = self._open_stores(topology)
         self._emits: dict[str, Emit] = {}
         self._sources: dict[str, _Source] = {}
+        self.group: PartitionGroup | None = None
         try:
             for node in subtopology.nodes:
                 if isinstance(node, SourceNodeDef):
@@ -84,7 +85,8 @@ class StreamTask:
         except Exception:
             self.close()
             raise
-        self.group = PartitionGroup(self.partitions, config["max.task.idle.ms"]) if len(self.partitions) > 1 else None
+        if len(self.partitions) > 1:
+            self.group = PartitionGroup(self.partitions, config["max.task.idle.ms"])
 
     # -- construction ------------------------------------------------------------------------------------
     def _open_stores(self, topology: Topology) -> dict[str, Any]:
@@ -173,10 +175,12 @@ class StreamTask:
                     raise self._deserialization_error(message, exc) from exc
                 if extractor is None:
                     timestamp = message.timestamp()[1]
+                    if timestamp < 0:
+                        raise self._invalid_timestamp(message, timestamp)
                 else:
                     timestamp = self._extract(extractor, key, value, message, stream_time)
                 if timestamp > stream_time:
-                    stream_time = timestamp
+                    stream_time = self.stream_time = timestamp
                 self.current_timestamp = timestamp
                 emit(key, value, timestamp, message.headers())
         except RecordError:
@@ -206,6 +210,8 @@ class StreamTask:
                 raise self._deserialization_error(message, exc) from exc
             if source.extractor is None:
                 timestamp = message.timestamp()[1]
+                if timestamp < 0:
+                    raise self._invalid_timestamp(message, timestamp)
             else:
                 timestamp = self._extract(source.extractor, key, value, message, partition_time)
             if timestamp > partition_time:
@@ -255,10 +261,14 @@ class StreamTask:
             raise ProcessingError(f"timestamp extractor {extractor!r} failed: {exc!r}", message.topic(),
                                   message.partition(), message.offset()) from exc
         if not isinstance(timestamp, int) or timestamp < 0:
-            raise ProcessingError(f"timestamp extractor {extractor!r} returned an invalid timestamp "
-                                  f"{timestamp!r} (must be a non-negative int of epoch ms)",
-                                  message.topic(), message.partition(), message.offset())
+            raise self._invalid_timestamp(message, timestamp, extractor)
         return timestamp
+
+    def _invalid_timestamp(self, message: Any, timestamp: Any, extractor: Any = None) -> ProcessingError:
+        source = f"timestamp extractor {extractor!r}" if extractor is not None else "the record"
+        return ProcessingError(f"task {self.id}: {source} gave an invalid timestamp {timestamp!r} (must be a "
+                               f"non-negative int of epoch ms; set a timestamp_extractor for such topics)",
+                               message.topic(), message.partition(), message.offset())
 
     def _deserialization_error(self, message: Any, exc: Exception) -> DeserializationError:
         source = self._sources[message.topic()]

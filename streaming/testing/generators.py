@@ -305,5 +305,6 @@ def orders(count: int, *, seed: int = 0, users: int = 100, items: int = 50, cata
                  "region": catalog_users[user_index]["region"], "card_number": _card_number(rng),
                  "ts": timestamp}
         number += 1
-        records.append(GeneratedRecord(user, value, timestamp, out_of_order=is_ooo, late=is_late, defect=defect))
+        records.append(GeneratedRecord(user, value, timestamp, out_of_order=is_ooo, late=is_late,
+                                       defect=defect))
     return records

@@ -76,7 +76,7 @@ def test_select_key_sets_the_key_and_keeps_the_value() -> None:
     assert result["out"] == [("u1", {"user": "u1"}), ("u2", {"user": "u2"})]
 
 
-# -- flat_map, flat_map_values --------------------------------------------------------------------------------
+# -- flat_map, flat_map_values -------------------------------------------------------------------------------
 
 def test_flat_map_emits_zero_or_more_records() -> None:
     builder = StreamsBuilder()
@@ -101,7 +101,7 @@ def test_flat_map_values_accepts_a_generator() -> None:
     assert run(builder, [("k", "ab")])["out"] == [("k", "a"), ("k", "b")]
 
 
-# -- peek, foreach ---------------------------------------------------------------------------------------------
+# -- peek, foreach -------------------------------------------------------------------------------------------
 
 def test_peek_sees_every_record_and_passes_it_on() -> None:
     seen: list[tuple[Any, Any]] = []
@@ -135,7 +135,7 @@ def test_operations_chain_in_order() -> None:
                                                                      ("J", "JUMPS")]
 
 
-# -- serdes travel with the stream --------------------------------------------------------------------------------
+# -- serdes travel with the stream ---------------------------------------------------------------------------
 
 def _long_input(builder: StreamsBuilder) -> KStream:
     return builder.stream("in", key_serde=Serdes.String(), value_serde=Serdes.Long())
@@ -207,7 +207,7 @@ def test_to_with_a_default_serde_from_config() -> None:
         assert driver.create_output_topic("out").is_empty()
 
 
-# -- split / branch ------------------------------------------------------------------------------------------------
+# -- split / branch ------------------------------------------------------------------------------------------
 
 def test_split_with_named_branches_and_default_branch() -> None:
     builder = StreamsBuilder()
@@ -297,7 +297,7 @@ def test_branch_needs_a_predicate() -> None:
         StreamsBuilder().stream("in").branch()
 
 
-# -- merge ---------------------------------------------------------------------------------------------------------
+# -- merge ---------------------------------------------------------------------------------------------------
 
 def test_merge_of_two_source_topics() -> None:
     builder = StreamsBuilder()
@@ -331,7 +331,7 @@ def test_merge_across_builders_is_refused() -> None:
         StreamsBuilder().stream("a").merge(StreamsBuilder().stream("b"))
 
 
-# -- to() with a partitioner, timestamps and headers ------------------------------------------------------------------
+# -- to() with a partitioner, timestamps and headers ---------------------------------------------------------
 
 def test_to_with_a_custom_partitioner_gets_one_partition_in_the_driver() -> None:
     calls: list[tuple[str, Any, Any, int]] = []

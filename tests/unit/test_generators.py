@@ -35,7 +35,7 @@ def luhn_valid(number: str) -> bool:
     return total % 10 == 0
 
 
-# -- determinism ------------------------------------------------------------------------------------------------------------
+# -- determinism ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("generate", [
     lambda seed: words(200, seed=seed, out_of_order=0.2),
@@ -61,7 +61,7 @@ def test_known_values_are_stable_across_runs() -> None:
     assert words(3, seed=7) == words(3, seed=7)
 
 
-# -- disorder ----------------------------------------------------------------------------------------------------------------
+# -- disorder ------------------------------------------------------------------------------------------------
 
 def test_in_order_by_default() -> None:
     records = words(100, step_ms=10, start_ms=500)
@@ -138,7 +138,7 @@ def test_bad_disorder_arguments(kwargs: dict[str, Any]) -> None:
         disordered_timestamps(10, random.Random(0), **kwargs)
 
 
-# -- words ---------------------------------------------------------------------------------------------------------------------
+# -- words ---------------------------------------------------------------------------------------------------
 
 def test_words_fields() -> None:
     records = words(300, seed=1, vocabulary=["alpha", "beta"], words_per_line=(2, 3))
@@ -153,7 +153,7 @@ def test_words_fields() -> None:
         words(1, words_per_line=(0, 2))
 
 
-# -- orders, users, items --------------------------------------------------------------------------------------------------
+# -- orders, users, items ------------------------------------------------------------------------------------
 
 def test_users_and_items_tables() -> None:
     user_records = users(12)
@@ -236,7 +236,7 @@ def test_bad_order_arguments() -> None:
             orders(5, **kwargs)
 
 
-# -- with the driver ---------------------------------------------------------------------------------------------------
+# -- with the driver -----------------------------------------------------------------------------------------
 
 def test_generated_records_pipe_into_the_driver() -> None:
     builder = StreamsBuilder()

@@ -47,7 +47,7 @@ def driver_for(ticker: Ticker, **kwargs: Any) -> TopologyTestDriver:
     return TopologyTestDriver(topology, CONFIG, **kwargs)
 
 
-# -- stream time -----------------------------------------------------------------------------------------------------
+# -- stream time ---------------------------------------------------------------------------------------------
 
 def test_stream_time_punctuation_is_aligned_to_zero_and_fires_once_for_missed_intervals() -> None:
     ticker = Ticker(10, PunctuationType.STREAM_TIME)
@@ -113,7 +113,7 @@ def test_cancel_from_outside_the_punctuator() -> None:
         assert ticker.fired == [5]
 
 
-# -- wall-clock time --------------------------------------------------------------------------------------------------
+# -- wall-clock time -----------------------------------------------------------------------------------------
 
 def test_wall_clock_punctuation_fires_on_advance_not_on_records() -> None:
     ticker = Ticker(100, PunctuationType.WALL_CLOCK_TIME)
@@ -161,7 +161,7 @@ def test_current_system_time_is_the_driver_clock() -> None:
     assert seen == [5_000, 7_000]
 
 
-# -- errors -------------------------------------------------------------------------------------------------------------
+# -- errors --------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("interval", [0, -5, 1.5, timedelta(0)])
 def test_schedule_rejects_a_bad_interval(interval: Any) -> None:

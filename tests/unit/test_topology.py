@@ -17,7 +17,7 @@ def store(name: str = "s") -> object:
     return Stores.key_value_store_builder(Stores.in_memory_key_value_store(name), Serdes.String(), Serdes.Long())
 
 
-# -- errors ----------------------------------------------------------------------------------------------------------
+# -- errors --------------------------------------------------------------------------------------------------
 
 def test_duplicate_node_name() -> None:
     topology = Topology().add_source("src", "in").add_processor("p", Noop, "src")
@@ -120,7 +120,7 @@ def test_empty_builder_cannot_build() -> None:
         Topology().describe()
 
 
-# -- sub-topologies and describe() --------------------------------------------------------------------------------------
+# -- sub-topologies and describe() ---------------------------------------------------------------------------
 
 def test_subtopologies_split_at_unconnected_parts_and_join_on_shared_stores() -> None:
     topology = (Topology()

@@ -1,0 +1,160 @@
+"""KafkaStreams on the embedded broker: group processing, rebalances, ordering, errors at start-up."""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable
+
+import pytest
+
+from streaming import KafkaStreams, Serdes, StreamsBuilder
+from streaming.admin import create_topics
+from streaming.errors import ConfigError, CoPartitioningError, DeserializationError, MissingSourceTopicError
+from streaming.runtime.kafka_streams import State
+from streaming.testing.generators import GeneratedRecord
+from streaming.testing.kafka import committed_offsets, produce, read_topic
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def streams_config(bootstrap: str, app_id: str, **extra: object) -> dict[str, object]:
+    return {"application.id": app_id, "bootstrap.servers": bootstrap, "commit.interval.ms": 500, **extra}
+
+
+def sequenced(count: int, keys: int, start: int = 0) -> list[GeneratedRecord]:
+    """Records whose value carries a per-key sequence number, to check order and exactly-once."""
+    return [GeneratedRecord(f"k{i % keys:04d}", {"key": f"k{i % keys:04d}", "seq": i // keys, "n": i},
+                            1_700_000_000_000 + i) for i in range(start, start + count)]
+
+
+def test_two_instances_every_output_exactly_once_in_key_order(bootstrap: str, unique_name: str) -> None:
+    source, sink = f"{unique_name}-in", f"{unique_name}-out"
+    create_topics(bootstrap, {source: PARTITIONS, sink: PARTITIONS})
+    builder = StreamsBuilder()
+    (builder.stream(source, key_serde=Serdes.String(), value_serde=Serdes.Json())
+     .filter(lambda k, v: v["n"] % 10 != 9)  # drop a tenth, so the filter is exercised
+     .map_values(lambda v: {**v, "doubled": v["n"] * 2})
+     .to(sink))
+    topology = builder.build()
+    first_half, second_half = sequenced(10_000, 200), sequenced(10_000, 200, start=10_000)
+    ends = produce(bootstrap, source, first_half, Serdes.String(), Serdes.Json())
+
+    a = KafkaStreams(topology, streams_config(bootstrap, unique_name))
+    b = KafkaStreams(topology, streams_config(bootstrap, unique_name))
+    a.start()
+    try:
+        wait_for(lambda: a.metrics()["records_processed"] > 0, 60, "instance A to process records")
+        b.start()  # joins mid-stream: A's partitions are revoked (committed first) and shared out
+        wait_for(lambda: len(a.metrics()["tasks"]) + len(b.metrics()["tasks"]) == PARTITIONS
+                 and a.metrics()["tasks"] and b.metrics()["tasks"], 60, "both instances to own tasks")
+        for partition, end in produce(bootstrap, source, second_half, Serdes.String(), Serdes.Json()).items():
+            ends[partition] = end
+        wait_for(lambda: committed_offsets(bootstrap, unique_name, source, PARTITIONS) == ends, 90,
+                 "all input committed")
+        assert a.state is State.RUNNING and b.state is State.RUNNING
+        assert a.metrics()["records_processed"] > 0 and b.metrics()["records_processed"] > 0
+    finally:
+        assert a.close(30) and b.close(30)
+    assert a.exception is None and b.exception is None
+
+    output = read_topic(bootstrap, sink, Serdes.String(), Serdes.Json(), PARTITIONS)
+    expected = [r for r in first_half + second_half if r.value["n"] % 10 != 9]
+    produced = collections.Counter(r.value["n"] for r in output)
+    assert len(output) == len(expected) == 18_000
+    assert set(produced) == {r.value["n"] for r in expected}
+    assert max(produced.values()) == 1, "an output appeared more than once"
+    assert all(r.value["doubled"] == 2 * r.value["n"] for r in output)
+    per_key: dict[str, list[int]] = collections.defaultdict(list)
+    partition_of: dict[str, set[int]] = collections.defaultdict(set)
+    for record in sorted(output, key=lambda r: (r.partition, r.offset)):
+        per_key[record.key].append(record.value["seq"])
+        partition_of[record.key].add(record.partition)
+    assert all(seqs == sorted(seqs) for seqs in per_key.values()), "per-key order was not kept"
+    assert all(len(p) == 1 for p in partition_of.values()), "a key's outputs were spread over partitions"
+
+
+def test_co_partitioned_topics_are_processed_by_one_task_in_timestamp_order(bootstrap: str, unique_name: str) -> None:
+    left, right, sink = f"{unique_name}-left", f"{unique_name}-right", f"{unique_name}-out"
+    create_topics(bootstrap, {left: 2, right: 2, sink: 2})
+    builder = StreamsBuilder()
+    builder.stream(left).merge(builder.stream(right)).to(sink)
+    records_left = [GeneratedRecord(f"k{i % 5}", {"side": "L", "i": i}, 1_000 + 2 * i) for i in range(500)]
+    records_right = [GeneratedRecord(f"k{i % 5}", {"side": "R", "i": i}, 1_001 + 2 * i) for i in range(500)]
+    ends_left = produce(bootstrap, left, records_left, Serdes.String(), Serdes.Json())
+    ends_right = produce(bootstrap, right, records_right, Serdes.String(), Serdes.Json())
+    # Wait up to 2 s for an empty partition before processing the other: strict event-time order.
+    app = KafkaStreams(builder.build(), streams_config(bootstrap, unique_name, **{"max.task.idle.ms": 2000}))
+    app.start()
+    try:
+        wait_for(lambda: committed_offsets(bootstrap, unique_name, left, 2) == ends_left
+                 and committed_offsets(bootstrap, unique_name, right, 2) == ends_right, 60, "all input committed")
+        assert app.metrics()["tasks"] == ["0_0", "0_1"]  # one task per partition number, owning both topics
+    finally:
+        app.close(30)
+    output = read_topic(bootstrap, sink, Serdes.String(), Serdes.Json(), 2)
+    assert len(output) == 1_000
+    for partition in (0, 1):
+        stamps = [r.timestamp for r in sorted(output, key=lambda r: r.offset) if r.partition == partition]
+        assert stamps == sorted(stamps), f"partition {partition} was not processed in timestamp order"
+        sides = {r.value["side"] for r in output if r.partition == partition}
+        assert sides == {"L", "R"}
+
+
+def test_a_record_the_value_serde_cannot_read_stops_the_app_naming_topic_partition_offset(
+        bootstrap: str, unique_name: str) -> None:
+    source, sink = f"{unique_name}-in", f"{unique_name}-out"
+    create_topics(bootstrap, {source: 1, sink: 1})
+    good = [GeneratedRecord("k", b'{"ok": 1}', 1_000 + i) for i in range(5)]
+    bad = GeneratedRecord("k", b"not json at all", 2_000)
+    produce(bootstrap, source, [*good, bad, *good], Serdes.String(), Serdes.Bytes())
+    builder = StreamsBuilder()
+    builder.stream(source, value_serde=Serdes.Json()).to(sink)
+    app = KafkaStreams(builder.build(), streams_config(bootstrap, unique_name))
+    app.start()
+    try:
+        wait_for(lambda: app.state is State.ERROR, 60, "the app to fail")
+    finally:
+        app.close(30)
+    error = app.exception
+    assert isinstance(error, DeserializationError)
+    assert (error.topic, error.partition, error.offset) == (source, 0, 5)
+    assert f"topic={source}, partition=0, offset=5" in str(error)
+    # Nothing after the bad record was committed: a restart would stop at the same record.
+    assert committed_offsets(bootstrap, unique_name, source, 1)[0] <= 5
+
+
+def test_start_fails_clearly_when_a_source_topic_is_missing(bootstrap: str, unique_name: str) -> None:
+    builder = StreamsBuilder()
+    builder.stream(f"{unique_name}-nope").to(f"{unique_name}-out")
+    app = KafkaStreams(builder.build(), streams_config(bootstrap, unique_name))
+    with pytest.raises(MissingSourceTopicError, match=f"{unique_name}-nope"):
+        app.start()
+
+
+def test_start_fails_when_co_partitioned_topics_differ_in_partition_count(bootstrap: str, unique_name: str) -> None:
+    left, right, sink = f"{unique_name}-l", f"{unique_name}-r", f"{unique_name}-out"
+    create_topics(bootstrap, {left: 2, right: 3, sink: 2})
+    builder = StreamsBuilder()
+    builder.stream(left).merge(builder.stream(right)).to(sink)
+    app = KafkaStreams(builder.build(), streams_config(bootstrap, unique_name))
+    with pytest.raises(CoPartitioningError, match="different partition counts"):
+        app.start()
+
+
+def test_unknown_config_key_fails_at_construction(bootstrap: str) -> None:
+    builder = StreamsBuilder()
+    builder.stream("a").to("b")
+    with pytest.raises(ConfigError, match="'commit.interval.msec'.*Did you mean 'commit.interval.ms'"):
+        KafkaStreams(builder.build(), {"application.id": "x", "bootstrap.servers": bootstrap,
+                                       "commit.interval.msec": 100})

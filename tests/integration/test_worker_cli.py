@@ -1,0 +1,65 @@
+"""``brook worker run``: a worker process that processes, and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from apps.orders import LINES_TOPIC, ORDERS_TOPIC, REJECTED_TOPIC
+from apps.orders.validation import item_lines, rejection_reason
+from streaming.admin import create_topics
+from streaming.serdes import Serdes
+from streaming.testing import generators
+from streaming.testing.kafka import committed_offsets, produce, read_topic
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def worker(bootstrap: str, app_id: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "streaming.cli.main", "worker", "run", "apps.orders:cleaning_topology",
+         "--config", str(ROOT / "apps/orders/config.yaml"), "--set", f"bootstrap.servers={bootstrap}",
+         "--set", f"application.id={app_id}", *extra],
+        cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_worker_processes_then_stops_cleanly_on_sigterm(bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    create_topics(bootstrap, {ORDERS_TOPIC: 4, LINES_TOPIC: 4, REJECTED_TOPIC: 4})
+    before = {p: 0 for p in range(4)}
+    existing = read_topic(bootstrap, ORDERS_TOPIC, Serdes.String(), Serdes.Json(), 4)
+    for record in existing:  # the topic may hold another test's orders: count only ours
+        before[record.partition] = max(before[record.partition], record.offset + 1)
+    orders = generators.orders(2_000, seed=7, invalid=0.05)
+    ends = produce(bootstrap, ORDERS_TOPIC, orders, Serdes.String(), Serdes.Json())
+    process = worker(bootstrap, unique_name, tmp_path / "worker.log")
+    try:
+        deadline = time.monotonic() + 60
+        while committed_offsets(bootstrap, unique_name, ORDERS_TOPIC, 4) != {p: ends.get(p, before[p]) for p in before}:
+            assert process.poll() is None, (tmp_path / "worker.log").read_text()
+            assert time.monotonic() < deadline, "worker did not commit all input in 60 s"
+            time.sleep(0.3)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0, (tmp_path / "worker.log").read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    log = (tmp_path / "worker.log").read_text()
+    assert "received SIGTERM, closing" in log and "worker stopped" in log
+    ours = {o.value["order_id"] for o in orders if rejection_reason(o.key, o.value) is None}
+    lines = [r for r in read_topic(bootstrap, LINES_TOPIC, Serdes.String(), Serdes.Json(), 4)
+             if r.value["order_id"] in ours]
+    assert len(lines) == sum(len(item_lines(o.value)) for o in orders if o.value["order_id"] in ours)
+
+
+def test_worker_rejects_an_unknown_config_key_before_starting(bootstrap: str, unique_name: str,
+                                                            tmp_path: Path) -> None:
+    process = worker(bootstrap, unique_name, tmp_path / "worker.log", "--set", "commit.intervall.ms=5")
+    assert process.wait(60) == 2
+    assert "unknown config key 'commit.intervall.ms'" in (tmp_path / "worker.log").read_text()
