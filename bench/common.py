@@ -539,3 +539,84 @@ def write_results(name: str, results: dict[str, Any]) -> Path:
     path.write_text(json.dumps(results, indent=2, sort_keys=False, default=str) + "\n")
     return path
 
+
+
+# --------------------------------------------------------------------------------------------------
+# Added for the stateful benchmark (bench/stateful.py); nothing above depends on these.
+# --------------------------------------------------------------------------------------------------
+
+
+def brook_client_settings(consumer: dict[str, Any], producer: dict[str, Any]) -> dict[str, str]:
+    """Client settings as Brook's pass-through keys: ``consumer.<key>`` (minus the keys the runtime
+    owns, RUNTIME_MANAGED_CONSUMER_KEYS) and ``producer.<key>``, values stringified."""
+    out: dict[str, str] = {}
+    for key, value in brook_config_strings(consumer).items():
+        if key not in RUNTIME_MANAGED_CONSUMER_KEYS:
+            out[f"consumer.{key}"] = value
+    for key, value in brook_config_strings(producer).items():
+        out[f"producer.{key}"] = value
+    return out
+
+
+def iter_topic(
+    bootstrap_servers: str, topic: str, partitions: int, timeout: float = 300.0, batch: int = 10_000
+) -> Iterator[Any]:
+    """Yield every record of ``topic`` (confluent-kafka ``Message`` objects, errors excluded), read
+    from the beginning with a group-less consumer until partition EOF on every partition -- the
+    EOF offset is the Fetch high watermark, right even where ListOffsets is not (embedded broker)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"bench-read-{uuid.uuid4().hex[:8]}",  # never joins; assign() only
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    eof: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(eof) < partitions:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic}: not at EOF on all partitions after {timeout:.0f}s")
+            for m in c.consume(num_messages=batch, timeout=0.5):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        eof.add(m.partition())
+                        continue
+                    raise RuntimeError(f"reading {topic}: {err}")
+                eof.discard(m.partition())
+                yield m
+    finally:
+        c.close()
+
+
+class CommittedOffsetsReader:
+    """Reads a group's committed offsets for one topic with one long-lived client that never joins
+    the group (cheap enough to poll every ~0.1 s while a side runs)."""
+
+    def __init__(self, bootstrap_servers: str, group_id: str, topic: str, partitions: int) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        self._tps = [TopicPartition(topic, p) for p in range(partitions)]
+        self._c = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": group_id, "enable.auto.commit": False})
+
+    def read(self) -> dict[int, int]:
+        """Committed offset per partition (-1 when none); {} if the coordinator did not answer."""
+        try:
+            return {tp.partition: tp.offset for tp in self._c.committed(self._tps, timeout=5)}
+        except Exception:  # noqa: BLE001 - e.g. coordinator still loading
+            return {}
+
+    def caught_up(self, ends: dict[int, int]) -> bool:
+        got = self.read()
+        return bool(got) and all(got.get(p, -1) >= e for p, e in ends.items())
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._c.close()

@@ -129,7 +129,8 @@ def create_topics(
             )
             for name in missing
         ]
-        futures = admin.create_topics(new, operation_timeout=max(1.0, timeout), request_timeout=max(1.0, timeout))
+        wait = max(1.0, timeout)
+        futures = admin.create_topics(new, operation_timeout=wait, request_timeout=wait)
         for name, future in futures.items():
             try:
                 future.result()
@@ -152,10 +153,10 @@ def create_topics(
 
 
 def _check_counts(expected: Mapping[str, int], actual: Mapping[str, int | None]) -> None:
-    wrong = [(name, expected[name], count) for name, count in actual.items() if count not in (None, expected[name])]
+    wrong = [(name, count) for name, count in actual.items() if count is not None and count != expected[name]]
     if wrong:
-        detail = "; ".join(f"topic {name!r} has {got} partitions, expected {want}" for name, want, got in wrong)
-        raise TopicError(detail)
+        messages = [f"topic {name!r} has {got} partitions, expected {expected[name]}" for name, got in wrong]
+        raise TopicError("; ".join(messages))
 
 
 def delete_topics(
@@ -190,7 +191,8 @@ def delete_topics(
         raise TopicError(f"cannot delete topics {absent}: they do not exist")
     if not present:
         return
-    futures = admin.delete_topics(present, operation_timeout=max(1.0, timeout), request_timeout=max(1.0, timeout))
+    wait = max(1.0, timeout)
+    futures = admin.delete_topics(present, operation_timeout=wait, request_timeout=wait)
     for name, future in futures.items():
         try:
             future.result()
@@ -203,7 +205,8 @@ def delete_topics(
 
     while True:
         remaining = deadline - time.monotonic()
-        still = [name for name, count in _counts(_metadata(admin, max(1.0, remaining)), present).items() if count]
+        current = _counts(_metadata(admin, max(1.0, remaining)), present)
+        still = [name for name, count in current.items() if count is not None]
         if not still:
             return
         if remaining <= 0:

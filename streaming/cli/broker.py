@@ -93,7 +93,10 @@ def start(
     def _terminate(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
+    # Install both explicitly: a process started with `&` from a non-interactive shell inherits
+    # SIGINT as ignored, and Python then never raises KeyboardInterrupt by itself.
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
     try:
         while broker.is_running():
             time.sleep(0.5)
@@ -135,7 +138,9 @@ def status(workdir: Workdir = DEFAULT_WORKDIR) -> None:
         typer.echo(f"not running (no state in {workdir})")
         raise typer.Exit(1)
     if not broker.is_running():
-        typer.echo(f"not running (stale state for pid {broker.pid} in {workdir}; `brook broker stop` cleans it)")
+        typer.echo(
+            f"not running (stale state of pid {broker.pid} in {workdir}; run `brook broker stop` to clear it)"
+        )
         raise typer.Exit(1)
     answering = "answering metadata" if broker.ping() else "NOT answering metadata"
     typer.echo(

@@ -15,6 +15,8 @@ from confluent_kafka.admin import AdminClient
 
 from streaming.config import StreamsConfig
 from streaming.errors import ConfigError, CoPartitioningError, MissingSourceTopicError, StreamsError
+from streaming.runtime.changelog_reader import StateRestoreListener
+from streaming.runtime.internal_topics import create_internal_topics
 from streaming.runtime.stream_thread import StreamThread
 from streaming.topology.topology import Topology
 
@@ -53,12 +55,13 @@ class KafkaStreams:
         if self.config.exactly_once:
             raise ConfigError("config key 'processing.guarantee': exactly_once_v2 is not available yet "
                               "(it arrives with the fault-tolerance work); use at_least_once")
-        self.topology = topology
+        self.topology = topology.bind(self.config.application_id)
         topology.subtopologies()
         self._check_assignment_strategy()
         self._state = State.CREATED
         self._lock = threading.Lock()
         self._listener: StateListener | None = None
+        self._restore_listener: StateRestoreListener | None = None
         self._threads: list[StreamThread] = []
         self._thread_states: dict[str, str] = {}
 
@@ -72,6 +75,12 @@ class KafkaStreams:
         if self._state is not State.CREATED:
             raise StreamsError("set the state listener before start()")
         self._listener = listener
+
+    def set_global_state_restore_listener(self, listener: StateRestoreListener) -> None:
+        """Receive ``on_restore_start/on_batch_restored/on_restore_end`` for every store restore."""
+        if self._state is not State.CREATED:
+            raise StreamsError("set the restore listener before start()")
+        self._restore_listener = listener
 
     def _set_state(self, new: State) -> None:
         with self._lock:
@@ -104,10 +113,12 @@ class KafkaStreams:
         """Check topics, then start the stream threads (non-blocking)."""
         if self._state is not State.CREATED:
             raise StreamsError(f"start() called in state {self._state.value}; a KafkaStreams starts once")
-        self.check_topics()
+        counts = self.check_topics()
+        create_internal_topics(self.topology, self.config.application_id, self.config.admin_config(), counts)
         count = self.config["num.stream.threads"]
         self._threads = [StreamThread(f"{self.config.application_id}-StreamThread-{i + 1}", self.topology,
-                                      self.config, self._on_thread_state) for i in range(count)]
+                                      self.config, self._on_thread_state, self._restore_listener)
+                         for i in range(count)]
         self._thread_states = {t.name: "STARTING" for t in self._threads}
         self._set_state(State.REBALANCING)
         for thread in self._threads:
@@ -178,17 +189,17 @@ class KafkaStreams:
         admin = AdminClient(self.config.admin_config())
         metadata = admin.list_topics(timeout=timeout)
         counts = {name: len(t.partitions) for name, t in metadata.topics.items() if t.error is None}
-        sources = self.topology.source_topics
-        missing = [t for t in sources if t not in counts]
+        internal = self.topology.internal_topics
+        missing = [t for t in self.topology.source_topics if t not in counts and t not in internal]
         if missing:
             raise MissingSourceTopicError(
                 f"source topics {missing} do not exist on {self.config['bootstrap.servers']}; create them first")
-        missing_sinks = [t for t in self.topology.sink_topics if t not in counts]
+        missing_sinks = [t for t in self.topology.sink_topics if t not in counts and t not in internal]
         if missing_sinks:
             raise MissingSourceTopicError(
                 f"output topics {missing_sinks} do not exist on {self.config['bootstrap.servers']}; create them first")
         for sub in self.topology.subtopologies():
-            sub_counts = {topic: counts[topic] for topic in sub.source_topics}
+            sub_counts = {topic: counts[topic] for topic in sub.source_topics if topic in counts}
             if len(set(sub_counts.values())) > 1:
                 raise CoPartitioningError(
                     f"sub-topology {sub.id} reads topics with different partition counts {sub_counts}; "

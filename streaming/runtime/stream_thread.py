@@ -12,6 +12,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 from confluent_kafka.admin import AdminClient
 
 from streaming.config import StreamsConfig
+from streaming.runtime.changelog_reader import StateRestoreListener, StoreChangelogReader
 from streaming.runtime.record_collector import KafkaRecordCollector
 from streaming.runtime.task import StreamTask
 from streaming.runtime.task_manager import TaskManager, as_pairs
@@ -33,7 +34,8 @@ class StreamThread(threading.Thread):
     """
 
     def __init__(self, name: str, topology: Topology, config: StreamsConfig,
-                 on_state: Callable[[StreamThread, str], None]) -> None:
+                 on_state: Callable[[StreamThread, str], None],
+                 restore_listener: StateRestoreListener | None = None) -> None:
         super().__init__(name=name, daemon=True)
         self.config = config
         self._on_state = on_state
@@ -43,7 +45,8 @@ class StreamThread(threading.Thread):
         self.admin = AdminClient(config.admin_config())
         self.collector = KafkaRecordCollector(config.producer_config(), self.admin)
         self.consumer = Consumer(config.consumer_config())
-        self.tasks = TaskManager(topology, config, self.collector, wall_clock_ms)
+        self.changelog_reader = StoreChangelogReader(config.consumer_config(), restore_listener)
+        self.tasks = TaskManager(topology, config, self.collector, wall_clock_ms, self.changelog_reader)
         self._offset_resets = self.tasks.offset_resets()
         self._cooperative = "cooperative" in config.consumer_config().get("partition.assignment.strategy", "")
         self._paused: set[tuple[str, int]] = set()
@@ -72,10 +75,11 @@ class StreamThread(threading.Thread):
 
     def _close(self) -> None:
         self.tasks.close_all(clean=self._clean_shutdown)
-        try:
-            self.consumer.close()  # leaves the group; on_revoke finds no tasks left
-        except Exception:
-            log.warning("consumer close failed", exc_info=True)
+        for client in (self.consumer, self.changelog_reader):
+            try:
+                client.close()  # the consumer leaves the group; on_revoke finds no tasks left
+            except Exception:
+                log.warning("closing %s failed", type(client).__name__, exc_info=True)
         if self._clean_shutdown:
             self.collector.close()
         self._on_state(self, "DEAD" if self.exception is None else "FAILED")
@@ -89,7 +93,12 @@ class StreamThread(threading.Thread):
         next_commit = wall_clock_ms() + commit_interval
         task_of = self.tasks.task_of
         while not self._stopping.is_set():
-            messages = consume(max_records, poll_seconds)
+            if self.tasks.restoring:
+                for task in self.tasks.restore(max_records * 5, poll_seconds):
+                    self._start_processing(task)
+                if not self.tasks.restoring:
+                    self._on_state(self, "RUNNING")
+            messages = consume(max_records, 0 if self.tasks.restoring else poll_seconds)
             if messages:
                 self._dispatch(messages, task_of)
                 self.processed += len(messages)
@@ -130,6 +139,9 @@ class StreamThread(threading.Thread):
         task = task_of.get(tp)
         if task is None:  # a record fetched just before its partition was revoked
             return
+        if not task.initialized:  # fetched before the pause took effect: keep it for after the restore
+            task.pending.append(run)
+            return
         if task.group is None:
             task.process_messages(run)
             return
@@ -137,6 +149,13 @@ class StreamThread(threading.Thread):
         if task.buffered_count(tp) >= self.config["buffered.records.per.partition"] and tp not in self._paused:
             self.consumer.pause([TopicPartition(*tp)])
             self._paused.add(tp)
+
+    def _start_processing(self, task: StreamTask) -> None:
+        """A task finished restoring: resume its partitions and process what arrived meanwhile."""
+        self.consumer.resume([TopicPartition(*tp) for tp in task.partitions])
+        pending, task.pending = task.pending, []
+        for run in pending:
+            self._hand_over(run, 0, len(run), self.tasks.task_of)
 
     def _resume_drained(self) -> None:
         limit = self.config["buffered.records.per.partition"]
@@ -181,27 +200,30 @@ class StreamThread(threading.Thread):
     # -- rebalance callbacks (called from inside consume) ------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
-        pairs = as_pairs(partitions)
-        if self._offset_resets:
-            self._apply_offset_resets(consumer, partitions)
-        self.tasks.assign(pairs)
-        self._on_state(self, "RUNNING")
+        final = self._apply_offset_resets(consumer, partitions) if self._offset_resets else partitions
+        if self._cooperative:
+            consumer.incremental_assign(final)
+        else:
+            consumer.assign(final)
+        restoring = set(self.tasks.assign(as_pairs(partitions)))
+        if restoring:  # no input for a task until its stores are restored
+            consumer.pause([TopicPartition(*tp) for tp in restoring])
+        ready = [tp for tp in partitions if (tp.topic, tp.partition) not in restoring]
+        if ready:  # a partition paused before a rebalance must not stay paused after it
+            consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in ready])
+        self._on_state(self, "REBALANCING" if restoring else "RUNNING")
 
-    def _apply_offset_resets(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _apply_offset_resets(self, consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """Per-source ``offset_reset``: where the group has no committed offset, start at that end."""
         chosen = [tp for tp in partitions if tp.topic in self._offset_resets]
         if not chosen:
-            return
+            return partitions
         committed = consumer.committed(chosen, timeout=10)
         for tp in committed:
             if tp.offset < 0:
                 tp.offset = OFFSET_BEGINNING if self._offset_resets[tp.topic] == "earliest" else OFFSET_END
         by_tp = {(tp.topic, tp.partition): tp for tp in committed}
-        final = [by_tp.get((tp.topic, tp.partition), tp) for tp in partitions]
-        if self._cooperative:
-            consumer.incremental_assign(final)
-        else:
-            consumer.assign(final)
+        return [by_tp.get((tp.topic, tp.partition), tp) for tp in partitions]
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1

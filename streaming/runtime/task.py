@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +13,9 @@ from streaming.runtime.context import NodeContext, fan_out
 from streaming.runtime.partition_group import Buffered, PartitionGroup
 from streaming.runtime.punctuation import PunctuationQueue, PunctuationSchedule
 from streaming.runtime.record_collector import UNASSIGNED, RecordCollector
+from streaming.runtime.state_manager import ProcessorStateManager
+from streaming.state.caching import CacheBudget
+from streaming.state.changelogging import ChangeLogger, changelog_topic
 from streaming.state.keyvalue import StoreContext
 from streaming.timestamps import is_record_time
 from streaming.topology.nodes import Emit, ProcessorNodeDef, SinkNodeDef, SourceNodeDef
@@ -54,7 +56,8 @@ class StreamTask:
 
     def __init__(self, subtopology: Subtopology, partition: int, topology: Topology, config: StreamsConfig,
                  collector: RecordCollector, clock: Callable[[], int],
-                 input_partitions: list[TopicPartition] | None = None) -> None:
+                 input_partitions: list[TopicPartition] | None = None,
+                 cache_budget: CacheBudget | None = None) -> None:
         self.id = task_id_of(subtopology.id, partition)
         self.subtopology = subtopology
         self.partition = partition
@@ -71,34 +74,55 @@ class StreamTask:
         self._stream_punctuations = PunctuationQueue()
         self._wall_punctuations = PunctuationQueue()
         self._collector = collector
+        self._topology = topology
         self._processors: list[tuple[str, Any]] = []
-        self.stores = self._open_stores(topology)
         self._emits: dict[str, Emit] = {}
         self._sources: dict[str, _Source] = {}
         self.group: PartitionGroup | None = None
+        if len(self.partitions) > 1:
+            self.group = PartitionGroup(self.partitions, config["max.task.idle.ms"])
+        self.initialized = False  # processors are built after the stores are restored
+        self.pending: list[Any] = []  # input that arrived while the stores were restoring
+        self.state = ProcessorStateManager(config["state.dir"], self.application_id, self.id, partition)
+        self.stores: dict[str, Any] = {}
         try:
-            for node in subtopology.nodes:
-                if isinstance(node, SourceNodeDef):
-                    emit = fan_out([self._build(child, topology) for child in node.children])
-                    for topic in node.topics:
-                        self._sources[topic] = _Source(node, config, emit)
+            self._open_stores(cache_budget)
         except Exception:
             self.close()
             raise
-        if len(self.partitions) > 1:
-            self.group = PartitionGroup(self.partitions, config["max.task.idle.ms"])
 
     # -- construction ------------------------------------------------------------------------------------
-    def _open_stores(self, topology: Topology) -> dict[str, Any]:
-        stores: dict[str, Any] = {}
-        builders = topology.store_builders
+    def _open_stores(self, cache_budget: CacheBudget | None) -> None:
+        builders = self._topology.store_builders
         for name in self.subtopology.stores:
-            store = builders[name].build()
-            directory = os.path.join(self.config["state.dir"], self.application_id, self.id, name)
-            store.init(StoreContext(self.application_id, self.id, directory, self.config.default_key_serde,
-                                    self.config.default_value_serde))
-            stores[name] = store
-        return stores
+            builder = builders[name]
+            store = builder.build()
+            self.state.prepare_store_dir(name, store.persistent, builder.logging_enabled)
+            store.init(StoreContext(
+                self.application_id, self.id, self.state.store_dir(name), self.config.default_key_serde,
+                self.config.default_value_serde, changelogger=self._changelogger,
+                timestamp=self._current_timestamp, cache_budget=cache_budget, register=self.state.register))
+            self.stores[name] = store
+
+    def _changelogger(self, store: str) -> ChangeLogger:
+        return ChangeLogger(self._collector, changelog_topic(self.application_id, store), self.partition,
+                            self._current_timestamp)
+
+    def _current_timestamp(self) -> int:
+        return self.current_timestamp
+
+    def initialize_topology(self) -> None:
+        """Build and ``init`` the processors (after the stores are restored: ``init`` may read them)."""
+        try:
+            for node in self.subtopology.nodes:
+                if isinstance(node, SourceNodeDef):
+                    emit = fan_out([self._build(child, self._topology) for child in node.children])
+                    for topic in node.topics:
+                        self._sources[topic] = _Source(node, self.config, emit)
+        except Exception:
+            self.close()
+            raise
+        self.initialized = True
 
     def _build(self, name: str, topology: Topology) -> Emit:
         """The function that runs node ``name`` (children are built first)."""
@@ -338,7 +362,8 @@ class StreamTask:
         self.suspend()
         for name, store in self.stores.items():
             try:
-                store.close()
+                if store.is_open:
+                    store.close()
             except Exception:
                 log.exception("task %s: store %r failed to close", self.id, name)
         if self.group is not None:

@@ -7,8 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 from streaming.config import StreamsConfig
+from streaming.runtime.changelog_reader import StoreChangelogReader
 from streaming.runtime.record_collector import RecordCollector
 from streaming.runtime.task import StreamTask, TopicPartition, task_id_of
+from streaming.state.caching import CacheBudget
 from streaming.topology.topology import Subtopology, Topology
 
 log = logging.getLogger(__name__)
@@ -22,19 +24,26 @@ class TaskManager:
     """
 
     def __init__(self, topology: Topology, config: StreamsConfig, collector: RecordCollector,
-                 clock: Callable[[], int]) -> None:
+                 clock: Callable[[], int], changelog_reader: StoreChangelogReader) -> None:
         self._topology = topology
         self._config = config
         self._collector = collector
         self._clock = clock
+        self._reader = changelog_reader
+        self._cache_budget = CacheBudget(config["statestore.cache.max.bytes"])
         self._subtopology_of: dict[str, Subtopology] = {
             topic: sub for sub in topology.subtopologies() for topic in sub.source_topics}
         self.tasks: dict[str, StreamTask] = {}
         self.task_of: dict[TopicPartition, StreamTask] = {}
 
     # -- assignment ------------------------------------------------------------------------------------
-    def assign(self, partitions: list[TopicPartition]) -> None:
-        """Create tasks for newly assigned partitions (a task gets every partition of its number)."""
+    def assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Create tasks for newly assigned partitions (a task gets every partition of its number).
+
+        Tasks with logged stores start restoring; their input partitions are returned so the caller
+        pauses them until :meth:`restore` reports the task ready.
+        """
+        restoring: list[TopicPartition] = []
         wanted: dict[tuple[int, int], list[TopicPartition]] = {}
         for topic, partition in partitions:
             if (topic, partition) in self.task_of:
@@ -49,11 +58,31 @@ class TaskManager:
                 self._close(existing, clean=True)
             subtopology = self._subtopology_of[tps[0][0]]
             task = StreamTask(subtopology, partition, self._topology, self._config, self._collector, self._clock,
-                              input_partitions=sorted(tps))
+                              input_partitions=sorted(tps), cache_budget=self._cache_budget)
             self.tasks[task_id] = task
             for tp in tps:
                 self.task_of[tp] = task
-            log.info("created task %s for partitions %s", task_id, tps)
+            if task.state.changelogs:
+                self._reader.register(task, task.state.restore_offsets(), task.state.changelogs)
+                restoring.extend(task.partitions)
+                log.info("created task %s for partitions %s; restoring its stores", task_id, tps)
+            else:
+                task.initialize_topology()
+                log.info("created task %s for partitions %s", task_id, tps)
+        return restoring
+
+    def restore(self, max_records: int, timeout: float) -> list[StreamTask]:
+        """Continue restoring; initialize and return the tasks whose stores are complete."""
+        ready = []
+        for task in self._reader.restore(max_records, timeout):
+            if self.tasks.get(task.id) is task:
+                task.initialize_topology()
+                ready.append(task)
+        return ready
+
+    @property
+    def restoring(self) -> bool:
+        return self._reader.active
 
     def revoke(self, partitions: list[TopicPartition], commit: Callable[[list[StreamTask]], None]) -> None:
         """Close cleanly every task that owns one of ``partitions``."""
@@ -64,11 +93,18 @@ class TaskManager:
         self._close_clean(list(self.tasks.values()), commit)
 
     def _close_clean(self, tasks: list[StreamTask], commit: Callable[[list[StreamTask]], None]) -> None:
-        """As Kafka Streams: suspend (close processors, which may still forward), commit, close stores."""
+        """As Kafka Streams: suspend (close processors, which may still forward), commit, write the
+        checkpoints of what local state covers, close stores."""
         for task in tasks:
             task.suspend()
         if tasks:
             commit(tasks)
+        running = [task for task in tasks if task.initialized]
+        logged = [tp for task in running for tp, store in task.state.changelogs.items() if store.persistent]
+        if logged:
+            ends = self._reader.end_offsets(logged)
+            for task in running:
+                task.state.write_checkpoint(ends)
         for task in tasks:
             self._close(task, clean=True)
 
@@ -86,6 +122,8 @@ class TaskManager:
         return list(owners.values())
 
     def _close(self, task: StreamTask, clean: bool) -> None:
+        if not task.initialized:
+            self._reader.unregister(task.id)
         self.tasks.pop(task.id, None)
         for tp in task.partitions:
             self.task_of.pop(tp, None)
@@ -100,13 +138,14 @@ class TaskManager:
     def process_buffered(self, max_records: int) -> int:
         done = 0
         for task in self.tasks.values():
-            if task.group is not None:
+            if task.group is not None and task.initialized:
                 done += task.process_buffered(max_records)
         return done
 
     def punctuate_wall_clock(self, now: int) -> None:
         for task in self.tasks.values():
-            task.maybe_punctuate_wall_clock(now)
+            if task.initialized:
+                task.maybe_punctuate_wall_clock(now)
 
     def commit_requested(self) -> bool:
         return any(task.commit_requested for task in self.tasks.values())

@@ -15,6 +15,7 @@ from streaming.config import StreamsConfig
 from streaming.runtime.context import to_millis
 from streaming.runtime.task import StreamTask
 from streaming.serdes import Serde
+from streaming.state.caching import CacheBudget
 from streaming.state.api import KeyValueStore, StateStore
 from streaming.testing.topics import TestInputTopic, TestOutputTopic, TestRecord
 from streaming.topology.topology import Topology
@@ -65,10 +66,14 @@ class TopologyTestDriver:
         self._offsets: dict[str, int] = defaultdict(int)
         self._tasks: list[StreamTask] = []
         self._task_by_topic: dict[str, StreamTask] = {}
+        topology.bind(self.config.application_id)
+        budget = CacheBudget(self.config["statestore.cache.max.bytes"])
         try:
             for subtopology in topology.subtopologies():
-                task = StreamTask(subtopology, 0, topology, self.config, self._collector, lambda: self.wall_clock_ms)
+                task = StreamTask(subtopology, 0, topology, self.config, self._collector, lambda: self.wall_clock_ms,
+                                  cache_budget=budget)
                 self._tasks.append(task)
+                task.initialize_topology()
                 for topic in subtopology.source_topics:
                     self._task_by_topic[topic] = task
         except Exception:

@@ -42,13 +42,20 @@ class Topology:
         self._nodes: dict[str, NodeDef] = {}
         self._stores: dict[str, StoreBuilder] = {}
         self._topic_sources: dict[str, str] = {}
+        self._internal_topics: set[str] = set()  # names without the application.id prefix until bound
+        self._application_id: str | None = None
         self._subtopologies: list[Subtopology] | None = None
 
     # -- building -------------------------------------------------------------------------------------
     def add_source(self, name: str, *topics: str, key_serde: Serde[Any] | None = None,
                    value_serde: Serde[Any] | None = None, timestamp_extractor: TimestampExtractor | None = None,
-                   offset_reset: str | None = None) -> Topology:
-        """A source node reading ``topics`` (serdes default to the config's default serdes)."""
+                   offset_reset: str | None = None, internal: bool = False) -> Topology:
+        """A source node reading ``topics`` (serdes default to the config's default serdes).
+
+        ``internal=True`` marks a topic the runtime owns (a repartition topic): its name gets the
+        ``<application.id>-`` prefix when the topology is bound to an application, and the runtime
+        creates it.
+        """
         if not topics:
             raise TopologyError(f"source {name!r} needs at least one topic")
         if offset_reset not in (None, "earliest", "latest"):
@@ -63,6 +70,8 @@ class Topology:
                                 timestamp_extractor=timestamp_extractor, offset_reset=offset_reset), ())
         for topic in topics:
             self._topic_sources[topic] = name
+            if internal:
+                self._internal_topics.add(topic)
         return self
 
     def add_processor(self, name: str, supplier: Callable[[], Any], *parent_names: str) -> Topology:
@@ -78,13 +87,41 @@ class Topology:
         return self
 
     def add_sink(self, name: str, topic: str, *parent_names: str, key_serde: Serde[Any] | None = None,
-                 value_serde: Serde[Any] | None = None, partitioner: Partitioner | None = None) -> Topology:
-        """A sink node writing to ``topic``. ``partitioner(topic, key, value, n)`` may pick the partition."""
+                 value_serde: Serde[Any] | None = None, partitioner: Partitioner | None = None,
+                 internal: bool = False) -> Topology:
+        """A sink node writing to ``topic``. ``partitioner(topic, key, value, n)`` may pick the partition.
+        ``internal=True``: a runtime-owned topic, as in :meth:`add_source`."""
         if not isinstance(topic, str) or not topic:
             raise TopologyError(f"sink {name!r}: topic must be a non-empty string, got {topic!r}")
         self._add(SinkNodeDef(name, topic=topic, key_serde=key_serde, value_serde=value_serde,
                               partitioner=partitioner), parent_names)
+        if internal:
+            self._internal_topics.add(topic)
         return self
+
+    def bind(self, application_id: str) -> Topology:
+        """Give internal topics their ``<application.id>-`` prefix (once; a topology runs under one id)."""
+        if self._application_id == application_id:
+            return self
+        if self._application_id is not None:
+            raise TopologyError(f"this topology is bound to application.id {self._application_id!r}; "
+                                f"build a new one to run it as {application_id!r}")
+        renamed = {topic: f"{application_id}-{topic}" for topic in self._internal_topics}
+        for node in self._nodes.values():
+            if isinstance(node, SourceNodeDef):
+                node.topics = [renamed.get(t, t) for t in node.topics]
+            elif isinstance(node, SinkNodeDef):
+                node.topic = renamed.get(node.topic, node.topic)
+        self._topic_sources = {renamed.get(t, t): n for t, n in self._topic_sources.items()}
+        self._internal_topics = set(renamed.values())
+        self._application_id = application_id
+        self._subtopologies = None
+        return self
+
+    @property
+    def internal_topics(self) -> set[str]:
+        """Runtime-owned topics (repartition topics), prefixed once the topology is bound."""
+        return set(self._internal_topics)
 
     def add_state_store(self, store_builder: StoreBuilder, *processor_names: str) -> Topology:
         """Register a store (one instance per task) and connect it to the named processors."""
@@ -142,6 +179,7 @@ class Topology:
 
     @property
     def sink_topics(self) -> list[str]:
+        """Topics written by sinks, internal topics included."""
         return sorted({n.topic for n in self._nodes.values() if isinstance(n, SinkNodeDef)})
 
     def subtopologies(self) -> list[Subtopology]:

@@ -1,0 +1,39 @@
+# Brook: the README's commands. Works from a fresh clone: the first target that needs Python
+# creates .venv and installs the project (editable, with dev extras); it reinstalls only when
+# pyproject.toml changes.
+
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV := .venv
+STAMP := $(VENV)/.installed
+DAGSTER_HOME := $(CURDIR)/.dagster
+PYTEST_ARGS ?=
+
+.PHONY: .venv demo test bench ui clean
+
+.venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --upgrade pip
+	$(VENV)/bin/python -m pip install -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/python -m apps.demo
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(VENV)/bin/python bench/stateless.py
+
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+	@mkdir -p $(DAGSTER_HOME)
+	cp dagster.yaml $@
+
+ui: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
+	DAGSTER_HOME=$(DAGSTER_HOME) $(VENV)/bin/dagster dev -w workspace.yaml
+
+clean:
+	rm -rf .brook .dagster .pytest_cache .ruff_cache .mypy_cache build *.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +

@@ -1,0 +1,136 @@
+"""Dagster resources of the Brook code location, and the one place that picks them per environment.
+
+- :class:`KafkaResource`: ``bootstrap.servers`` plus security settings, handed to every Kafka
+  client the platform's assets create. Secrets come from ``dg.EnvVar`` so they never appear in run
+  config, logs or asset metadata; :meth:`KafkaResource.redacted_config` is the printable form.
+- :class:`PlatformResource`: the platform spec (``platform/platform.yaml``).
+
+:func:`kafka_resource` chooses the cluster: ``BROOK_CLUSTER`` (default: the spec's
+``default_cluster``), with ``BROOK_BOOTSTRAP_SERVERS`` overriding its bootstrap servers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from assets.platform_spec import PlatformSpec, load_platform_spec, repo_root
+
+__all__ = ["KafkaResource", "PlatformResource", "kafka_resource"]
+
+_SECRET_KEYS = ("sasl.password", "ssl.key.password", "ssl.keystore.password")
+_REDACTED = "***"
+
+
+class KafkaResource(dg.ConfigurableResource):
+    """Connection settings for a Kafka cluster (Apache Kafka 3.x+ or the embedded broker).
+
+    Field names follow librdkafka's keys with ``_`` for ``.``; ``client_settings`` passes any
+    other librdkafka setting through unchanged.
+    """
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: str | None = None
+    client_settings: dict[str, str] = {}  # noqa: RUF012 - pydantic copies field defaults
+
+    def client_config(self, **overrides: Any) -> dict[str, Any]:
+        """librdkafka settings for a consumer, producer or admin client (contains secrets)."""
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol,
+        }
+        optional = {
+            "sasl.mechanism": self.sasl_mechanism,
+            "sasl.username": self.sasl_username,
+            "sasl.password": self.sasl_password,
+            "ssl.ca.location": self.ssl_ca_location,
+            "ssl.certificate.location": self.ssl_certificate_location,
+            "ssl.key.location": self.ssl_key_location,
+            "ssl.key.password": self.ssl_key_password,
+        }
+        config.update({key: value for key, value in optional.items() if value})
+        config.update(self.client_settings)
+        config.update(overrides)
+        return config
+
+    def redacted_config(self) -> dict[str, Any]:
+        """:meth:`client_config` with secrets replaced by ``***`` (safe for logs and metadata)."""
+        return {
+            key: (_REDACTED if key in _SECRET_KEYS or "password" in key or "secret" in key else value)
+            for key, value in self.client_config().items()
+        }
+
+    def security_config(self) -> dict[str, Any]:
+        """:meth:`client_config` without ``bootstrap.servers`` (``client_config`` of ``streaming.admin``)."""
+        config = self.client_config()
+        config.pop("bootstrap.servers")
+        return config
+
+    def partition_counts(self, topics: list[str]) -> dict[str, int | None]:
+        """Partition count per topic (``None`` when missing), read from cluster metadata."""
+        from streaming.admin import partition_counts
+
+        return partition_counts(self.bootstrap_servers, topics, self.security_config())
+
+
+class PlatformResource(dg.ConfigurableResource):
+    """The platform spec, read from ``path`` (default: ``platform/platform.yaml`` of the checkout)."""
+
+    path: str = str(repo_root() / "platform" / "platform.yaml")
+
+    def spec(self) -> PlatformSpec:
+        """Load and validate the spec (raises ``PlatformSpecError`` naming every problem)."""
+        return load_platform_spec(self.path)
+
+
+def _embedded_bootstrap(workdir: str | None, default: str) -> str:
+    """The address recorded by a running ``brook broker`` in ``workdir``, else ``default``."""
+    if not workdir:
+        return default
+    from streaming.broker import BrokerError, EmbeddedBroker
+
+    path = Path(workdir)
+    if not path.is_absolute():
+        path = repo_root() / path
+    try:
+        broker = EmbeddedBroker.from_state(path)
+    except BrokerError:
+        return default
+    if broker is not None and broker.is_running():
+        return broker.bootstrap_servers
+    return default
+
+
+def kafka_resource(spec: PlatformSpec, cluster: str | None = None) -> KafkaResource:
+    """The :class:`KafkaResource` for ``cluster`` (default: ``$BROOK_CLUSTER`` or the spec's default).
+
+    ``BROOK_BOOTSTRAP_SERVERS``, when set, wins over the spec's bootstrap servers (resolved when a run
+    starts, through ``dg.EnvVar``). For the embedded cluster, a broker started with ``brook broker
+    start`` is found through its state file when the code location loads.
+    """
+    chosen = spec.cluster(cluster)
+    bootstrap: str | dg.EnvVar
+    if os.environ.get("BROOK_BOOTSTRAP_SERVERS"):
+        bootstrap = dg.EnvVar("BROOK_BOOTSTRAP_SERVERS")
+    elif chosen.embedded:
+        bootstrap = _embedded_bootstrap(chosen.workdir, chosen.bootstrap_servers)
+    else:
+        bootstrap = chosen.bootstrap_servers
+    return KafkaResource(
+        bootstrap_servers=bootstrap,
+        security_protocol=chosen.security_protocol,
+        sasl_mechanism=chosen.sasl_mechanism,
+        sasl_username=dg.EnvVar(chosen.sasl_username_env) if chosen.sasl_username_env else None,
+        sasl_password=dg.EnvVar(chosen.sasl_password_env) if chosen.sasl_password_env else None,
+        ssl_ca_location=chosen.ssl_ca_location,
+    )

@@ -1,0 +1,67 @@
+"""InternalTopicManager: creates the topics the runtime owns — changelogs and repartition topics."""
+
+from __future__ import annotations
+
+import logging
+
+from streaming.admin import TopicError, create_topics
+from streaming.errors import StreamsError
+from streaming.state.changelogging import changelog_topic
+from streaming.topology.nodes import SinkNodeDef
+from streaming.topology.topology import Topology
+
+log = logging.getLogger(__name__)
+
+
+def internal_topic_partitions(topology: Topology, application_id: str, counts: dict[str, int]) -> dict[str, int]:
+    """Partition counts of every internal topic.
+
+    A repartition topic gets the partition count of the sub-topology that writes it (the most
+    partitions among that sub-topology's sources, as Kafka Streams does); a changelog gets its
+    sub-topology's task count, since changelog partition = task partition.
+    """
+    known = dict(counts)
+    subtopologies = topology.subtopologies()
+    internal = topology.internal_topics
+    for _ in range(len(subtopologies) + 1):  # repartition topics may feed each other: iterate to a fixpoint
+        for sub in subtopologies:
+            sizes = [known[t] for t in sub.source_topics if t in known]
+            if len(sizes) < len(sub.source_topics):
+                continue
+            for node in sub.nodes:
+                if isinstance(node, SinkNodeDef) and node.topic in internal and node.topic not in known:
+                    known[node.topic] = max(sizes)
+    missing = [t for t in internal if t not in known]
+    if missing:
+        raise StreamsError(f"cannot size internal topics {missing}: their writers read no sized topic")
+    result = {t: known[t] for t in internal}
+    builders = topology.store_builders
+    for sub in subtopologies:
+        for store in sub.stores:
+            if builders[store].logging_enabled:
+                result[changelog_topic(application_id, store)] = max(known[t] for t in sub.source_topics)
+    return result
+
+
+def create_internal_topics(topology: Topology, application_id: str, admin_config: dict[str, str],
+                           counts: dict[str, int]) -> dict[str, int]:
+    """Create (or check) every internal topic; an existing one with another partition count is an error."""
+    wanted = internal_topic_partitions(topology, application_id, counts)
+    if not wanted:
+        return wanted
+    builders = topology.store_builders
+    configs: dict[str, dict[str, str]] = {}
+    for store, builder in builders.items():
+        topic = changelog_topic(application_id, store)
+        if topic in wanted:
+            configs[topic] = {"cleanup.policy": "compact", **builder.log_config}
+    for topic in topology.internal_topics:
+        configs[topic] = {"cleanup.policy": "delete"}
+    try:
+        create_topics(admin_config["bootstrap.servers"], wanted, configs=configs, client_config=admin_config)
+    except TopicError as exc:
+        raise StreamsError(f"internal topic check failed: {exc}. The topology's partitioning changed since the "
+                           f"topic was created; reset the application (delete its internal topics) or keep "
+                           f"the old partition counts") from exc
+    log.info("internal topics ready: %s", wanted)
+    return wanted
