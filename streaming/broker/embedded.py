@@ -318,6 +318,9 @@ class EmbeddedBroker:
         self._clear_files()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._binary = resolve_broker_binary()
+        if self._requested_port is not None and _tcp_open(self.host, self._requested_port):
+            # Checked first: otherwise the readiness probe could be answered by whatever holds the port.
+            raise BrokerError(f"{self.host}:{self._requested_port} is already in use by another process")
         attempts = 1 if self._requested_port is not None else _PORT_RETRIES
         for attempt in range(1, attempts + 1):
             self._port = self._requested_port if self._requested_port is not None else _free_port(self.host)
@@ -401,6 +404,7 @@ class EmbeddedBroker:
         for name in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE"):
             if name not in self.env:
                 env.pop(name, None)
+        env.setdefault("NO_COLOR", "1")  # plain text in broker.log (Tansu colours its log otherwise)
         with open(self.log_path, "ab") as log:
             log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(self._command())}\n".encode())
             log.flush()
@@ -430,7 +434,9 @@ class EmbeddedBroker:
             if _tcp_open(self.host, self._port):
                 try:
                     self._list_topics(max(0.5, min(deadline - time.monotonic(), 5.0)))
-                    return
+                    if self._proc.poll() is None:  # the answer came from our process, not a squatter
+                        return
+                    continue
                 except Exception as exc:  # retried until the deadline
                     last_error = str(exc)
             if time.monotonic() >= deadline:

@@ -35,6 +35,7 @@ class _Restoring:
     task: Any
     start: int
     position: int
+    standby: bool = False  # a standby replica keeps tailing; it never completes
     restored: int = 0
     started: bool = False
     began_at: float = field(default_factory=time.monotonic)
@@ -47,8 +48,9 @@ class StoreChangelogReader:
         config = {key: value for key, value in consumer_config.items()
                   if key not in ("group.id", "partition.assignment.strategy", "session.timeout.ms",
                                  "heartbeat.interval.ms", "group.instance.id", "enable.auto.offset.store")}
-        self._consumer = Consumer({**config, "group.id": f"{consumer_config['group.id']}-restore",
-                                   "enable.auto.commit": "false", "enable.partition.eof": "true"})
+        self._config = {**config, "enable.auto.commit": "false", "enable.partition.eof": "true"}
+        self._group = f"{consumer_config['group.id']}-restore"
+        self._consumer = Consumer({**self._config, "group.id": self._group})
         self._listener = listener
         self._restoring: dict[TP, _Restoring] = {}
         self._pending_tasks: dict[str, set[TP]] = {}
@@ -56,22 +58,32 @@ class StoreChangelogReader:
 
     @property
     def active(self) -> bool:
-        return bool(self._restoring)
+        """Whether an active task is restoring (its input waits for it)."""
+        return any(not state.standby for state in self._restoring.values())
 
-    def register(self, task: Any, offsets: dict[TP, int], stores: dict[TP, Any]) -> None:
-        """Restore ``stores`` of ``task`` from ``offsets``; the task is returned by ``restore`` when done."""
+    @property
+    def has_standbys(self) -> bool:
+        return any(state.standby for state in self._restoring.values())
+
+    def register(self, task: Any, offsets: dict[TP, int], stores: dict[TP, Any], standby: bool = False) -> None:
+        """Restore ``stores`` of ``task`` from ``offsets``; an active task is returned by ``restore`` when
+        done, a standby task keeps tailing its changelogs until unregistered."""
         self._pending_tasks[task.id] = set(offsets)
         for tp, start in offsets.items():
-            self._restoring[tp] = _Restoring(stores[tp], task, start, start)
+            self._restoring[tp] = _Restoring(stores[tp], task, start, start, standby=standby)
         self._consumer.incremental_assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
 
-    def unregister(self, task_id: str) -> None:
-        """Stop restoring a task (it was revoked while restoring)."""
+    def unregister(self, task_id: str) -> dict[TP, int]:
+        """Stop restoring or tailing a task; returns the changelog positions its stores reached."""
         tps = self._pending_tasks.pop(task_id, set())
+        positions = {}
         for tp in tps:
-            self._restoring.pop(tp, None)
+            state = self._restoring.pop(tp, None)
+            if state is not None:
+                positions[tp] = state.position
         if tps:
             self._consumer.incremental_unassign([TopicPartition(*tp) for tp in tps])
+        return positions
 
     def restore(self, max_records: int, timeout: float) -> list[Any]:
         """Apply up to ``max_records`` changelog records; return the tasks that finished restoring."""
@@ -126,6 +138,10 @@ class StoreChangelogReader:
             self._listener.on_batch_restored(tp, state.store.name, last_offset + 1, len(batch))
 
     def _complete(self, tp: TP, end_offset: int) -> Any:
+        standby = self._restoring.get(tp)
+        if standby is not None and standby.standby:  # caught up; keep tailing
+            standby.position = max(standby.position, end_offset)
+            return None
         state = self._restoring.pop(tp, None)
         if state is None:
             return None
@@ -154,13 +170,39 @@ class StoreChangelogReader:
         log.info("restoring %d changelog partitions: %d records so far", len(self._restoring), done)
 
     def end_offsets(self, tps: list[TP], timeout: float = 10.0) -> dict[TP, int]:
-        """Changelog end offsets from ListOffsets: exact on Kafka, a lower bound on the embedded broker
-        (fine for checkpoints: restoring from a lower bound re-applies a few records, idempotently)."""
-        offsets = {}
+        """True end offsets of changelog partitions, for checkpoints.
+
+        ListOffsets "latest" is only a lower bound on the embedded broker (the last batch's base + 1),
+        so read from it to partition EOF, whose offset comes from the fetch high watermark: exact on
+        any broker, at the cost of re-reading at most one batch per partition.
+        """
+        if not tps:
+            return {}
+        lower = {}
         for tp in tps:
             _, high = self._consumer.get_watermark_offsets(TopicPartition(*tp), timeout=timeout, cached=False)
-            offsets[tp] = max(high, 0)
-        return offsets
+            lower[tp] = max(high, 0)
+        reader = Consumer({**self._config, "group.id": f"{self._group}-end-offsets"})
+        ends: dict[TP, int] = {}
+        try:
+            reader.assign([TopicPartition(t, p, o) for (t, p), o in lower.items()])
+            deadline = time.monotonic() + timeout
+            while len(ends) < len(tps):
+                if time.monotonic() > deadline:
+                    missing = sorted(set(tps) - set(ends))
+                    raise KafkaException(f"no partition EOF for changelogs {missing} within {timeout} s")
+                for message in reader.consume(10_000, 0.1):
+                    error = message.error()
+                    tp = (message.topic(), message.partition())
+                    if error is None:
+                        ends.pop(tp, None)
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        ends[tp] = message.offset()
+                    else:
+                        raise KafkaException(error)
+        finally:
+            reader.close()
+        return ends
 
     def close(self) -> None:
         self._consumer.close()

@@ -49,9 +49,6 @@ class KafkaStreams:
 
     def __init__(self, topology: Topology, config: Mapping[str, Any]) -> None:
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
-        if self.config["num.standby.replicas"] > 0:
-            raise ConfigError("config key 'num.standby.replicas': standby replicas are not available yet "
-                              "(they arrive with the state stores work); use 0")
         if self.config.exactly_once:
             raise ConfigError("config key 'processing.guarantee': exactly_once_v2 is not available yet "
                               "(it arrives with the fault-tolerance work); use at_least_once")
@@ -114,10 +111,11 @@ class KafkaStreams:
         if self._state is not State.CREATED:
             raise StreamsError(f"start() called in state {self._state.value}; a KafkaStreams starts once")
         counts = self.check_topics()
-        create_internal_topics(self.topology, self.config.application_id, self.config.admin_config(), counts)
+        counts.update(create_internal_topics(self.topology, self.config.application_id,
+                                             self.config.admin_config(), counts))
         count = self.config["num.stream.threads"]
         self._threads = [StreamThread(f"{self.config.application_id}-StreamThread-{i + 1}", self.topology,
-                                      self.config, self._on_thread_state, self._restore_listener)
+                                      self.config, self._on_thread_state, self._restore_listener, counts)
                          for i in range(count)]
         self._thread_states = {t.name: "STARTING" for t in self._threads}
         self._set_state(State.REBALANCING)

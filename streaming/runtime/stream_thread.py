@@ -35,7 +35,8 @@ class StreamThread(threading.Thread):
 
     def __init__(self, name: str, topology: Topology, config: StreamsConfig,
                  on_state: Callable[[StreamThread, str], None],
-                 restore_listener: StateRestoreListener | None = None) -> None:
+                 restore_listener: StateRestoreListener | None = None,
+                 partition_counts: dict[str, int] | None = None) -> None:
         super().__init__(name=name, daemon=True)
         self.config = config
         self._on_state = on_state
@@ -46,7 +47,8 @@ class StreamThread(threading.Thread):
         self.collector = KafkaRecordCollector(config.producer_config(), self.admin)
         self.consumer = Consumer(config.consumer_config())
         self.changelog_reader = StoreChangelogReader(config.consumer_config(), restore_listener)
-        self.tasks = TaskManager(topology, config, self.collector, wall_clock_ms, self.changelog_reader)
+        self.tasks = TaskManager(topology, config, self.collector, wall_clock_ms, self.changelog_reader,
+                                 partition_counts)
         self._offset_resets = self.tasks.offset_resets()
         self._cooperative = "cooperative" in config.consumer_config().get("partition.assignment.strategy", "")
         self._paused: set[tuple[str, int]] = set()
@@ -98,6 +100,8 @@ class StreamThread(threading.Thread):
                     self._start_processing(task)
                 if not self.tasks.restoring:
                     self._on_state(self, "RUNNING")
+            else:
+                self.tasks.update_standbys(max_records * 5)
             messages = consume(max_records, 0 if self.tasks.restoring else poll_seconds)
             if messages:
                 self._dispatch(messages, task_of)

@@ -24,7 +24,8 @@ class TaskManager:
     """
 
     def __init__(self, topology: Topology, config: StreamsConfig, collector: RecordCollector,
-                 clock: Callable[[], int], changelog_reader: StoreChangelogReader) -> None:
+                 clock: Callable[[], int], changelog_reader: StoreChangelogReader,
+                 partition_counts: dict[str, int] | None = None) -> None:
         self._topology = topology
         self._config = config
         self._collector = collector
@@ -35,6 +36,21 @@ class TaskManager:
             topic: sub for sub in topology.subtopologies() for topic in sub.source_topics}
         self.tasks: dict[str, StreamTask] = {}
         self.task_of: dict[TopicPartition, StreamTask] = {}
+        self.standby: dict[str, StreamTask] = {}  # warm copies of other instances' tasks
+        self._standby_candidates = self._stateful_tasks(partition_counts or {}) \
+            if config["num.standby.replicas"] > 0 else {}
+
+    def _stateful_tasks(self, counts: dict[str, int]) -> dict[str, tuple[Subtopology, int]]:
+        """Every task with a persistent logged store: the candidates for standby replicas."""
+        builders = self._topology.store_builders
+        candidates = {}
+        for sub in self._topology.subtopologies():
+            stateful = [s for s in sub.stores if builders[s].logging_enabled and builders[s].build().persistent]
+            sizes = [counts[t] for t in sub.source_topics if t in counts]
+            if stateful and sizes:
+                for partition in range(max(sizes)):
+                    candidates[task_id_of(sub.id, partition)] = (sub, partition)
+        return candidates
 
     # -- assignment ------------------------------------------------------------------------------------
     def assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
@@ -52,6 +68,7 @@ class TaskManager:
             wanted.setdefault((sub.id, partition), []).append((topic, partition))
         for (sub_id, partition), tps in sorted(wanted.items()):
             task_id = task_id_of(sub_id, partition)
+            self._close_standby(task_id)  # its checkpoint lets the active task restore only the tail
             existing = self.tasks.pop(task_id, None)
             if existing is not None:  # a task gains a partition (cooperative assignment): rebuild it
                 tps = sorted(set(tps) | set(existing.partitions))
@@ -69,7 +86,37 @@ class TaskManager:
             else:
                 task.initialize_topology()
                 log.info("created task %s for partitions %s", task_id, tps)
+        self._update_standbys()
         return restoring
+
+    def _update_standbys(self) -> None:
+        """Keep a standby copy of every stateful task this instance does not run.
+
+        librdkafka offers Python no custom assignor, so standby placement cannot be negotiated in the
+        group: with ``num.standby.replicas`` >= 1 each instance tails the changelogs of all stateful
+        tasks it does not own (N-1 copies with N instances; exact for two instances).
+        """
+        for task_id, (sub, partition) in self._standby_candidates.items():
+            if task_id in self.tasks or task_id in self.standby:
+                continue
+            standby = StreamTask(sub, partition, self._topology, self._config, self._collector, self._clock,
+                                 cache_budget=self._cache_budget)
+            self.standby[task_id] = standby
+            self._reader.register(standby, standby.state.restore_offsets(), standby.state.changelogs, standby=True)
+            log.info("created standby task %s", task_id)
+
+    def _close_standby(self, task_id: str) -> None:
+        standby = self.standby.pop(task_id, None)
+        if standby is None:
+            return
+        positions = self._reader.unregister(task_id)
+        standby.state.write_checkpoint(positions)
+        standby.close()
+        log.info("closed standby task %s at changelog offsets %s", task_id, positions)
+
+    def close_standbys(self) -> None:
+        for task_id in list(self.standby):
+            self._close_standby(task_id)
 
     def restore(self, max_records: int, timeout: float) -> list[StreamTask]:
         """Continue restoring; initialize and return the tasks whose stores are complete."""
@@ -82,7 +129,13 @@ class TaskManager:
 
     @property
     def restoring(self) -> bool:
+        """Whether an active task is still restoring."""
         return self._reader.active
+
+    def update_standbys(self, max_records: int) -> None:
+        """Apply what the standby tasks' changelogs gained (never blocks)."""
+        if self._reader.has_standbys and not self._reader.active:
+            self._reader.restore(max_records, 0)
 
     def revoke(self, partitions: list[TopicPartition], commit: Callable[[list[StreamTask]], None]) -> None:
         """Close cleanly every task that owns one of ``partitions``."""
@@ -133,6 +186,7 @@ class TaskManager:
     def close_all(self, clean: bool) -> None:
         for task in list(self.tasks.values()):
             self._close(task, clean)
+        self.close_standbys()
 
     # -- processing helpers -------------------------------------------------------------------------------
     def process_buffered(self, max_records: int) -> int:

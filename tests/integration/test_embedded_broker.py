@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -101,6 +102,15 @@ def test_a_second_broker_in_the_same_workdir_is_refused(tmp_path: Path) -> None:
     assert _pid_gone(pid)
     assert not first.state_path.exists() and not first.pid_path.exists()
     assert first.log_path.exists()
+
+
+def test_a_taken_port_is_refused_before_starting(tmp_path: Path) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        with pytest.raises(BrokerError, match=f"127.0.0.1:{port} is already in use"):
+            EmbeddedBroker(port=port, workdir=tmp_path).start()
 
 
 def _brook(*args: str) -> subprocess.CompletedProcess[str]:

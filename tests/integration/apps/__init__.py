@@ -1,0 +1,1 @@
+"""Small applications the integration tests run in worker processes."""
