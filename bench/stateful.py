@@ -1163,6 +1163,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="override a consumer setting (all sides)")
     p.add_argument("--producer-set", action="append", metavar="KEY=VALUE",
                    help="override a producer setting (all sides)")
+    p.add_argument("--brook-set", action="append", metavar="KEY=VALUE",
+                   help="extra Brook config (e.g. poll.ms=10), Brook instances only")
     p.add_argument("--no-restore", action="store_true", help="skip the restore phases")
     p.add_argument("--no-micro", action="store_true", help="skip the micro measurements")
     p.add_argument("--keep-state", action="store_true", help="keep the state directories (path printed)")
@@ -1185,6 +1187,7 @@ def brook_config(app_id: str, bootstrap: str, state_dir: str, args: argparse.Nam
         "commit.interval.ms": str(args.commit_interval_ms),
         "statestore.cache.max.bytes": str(args.cache_max_bytes),
         **C.brook_client_settings(consumer, producer),
+        **C.parse_overrides(args.brook_set),
     }
 
 
@@ -1207,6 +1210,7 @@ def main(argv: list[str] | None = None) -> int:
             "commit_interval_s": commit_s,
             "brook_cache_max_bytes": args.cache_max_bytes,
             "brook_api": args.brook_api,
+            "brook_extra_config": C.parse_overrides(args.brook_set),
             "ceiling_batch": args.batch,
             "ceiling_rocksdb_wal": args.wal,
             "partitions": PARTITIONS,

@@ -47,3 +47,14 @@ class ProductionError(StreamsError):
 
 class TaskMigratedError(StreamsError):
     """The task's partitions were lost to another instance (fenced or revoked)."""
+
+
+class InvalidStateStoreError(StreamsError):
+    """A state store cannot be queried right now: the instance is rebalancing or restoring, not running,
+    or the store's task moved away during the query (Kafka Streams' InvalidStateStoreException).
+    Retrying after the instance is RUNNING again usually succeeds."""
+
+
+class UnknownStateStoreError(StreamsError):
+    """No state store of that name exists in the topology (the message lists the known stores).
+    Not retriable, unlike :class:`InvalidStateStoreError`."""

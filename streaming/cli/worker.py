@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from streaming.cli.progress import RestoreProgressBar
 from streaming.errors import StreamsError
 from streaming.topology import Topology
 
@@ -76,6 +77,7 @@ def run(
     except StreamsError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+    streams.set_global_state_restore_listener(RestoreProgressBar())
     stop = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:

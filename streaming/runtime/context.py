@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from streaming.errors import TopologyError
 from streaming.processor.api import Cancellable, Headers, ProcessorContext, PunctuationType, Record
+from streaming.serdes import Serde
 from streaming.state.api import StateStore
 from streaming.topology.nodes import Emit
 
 if TYPE_CHECKING:
     from streaming.runtime.task import StreamTask
+
+log = logging.getLogger(__name__)
 
 
 def to_millis(interval: int | timedelta, what: str) -> int:
@@ -71,10 +75,34 @@ class NodeContext(ProcessorContext):
                                    self._node)
 
     def get_state_store(self, name: str) -> StateStore:
+        """A store connected to this processor, or any global store (read-only)."""
         if name not in self._stores:
+            global_store = self._task.global_stores.get(name)
+            if global_store is not None:
+                return global_store
             raise TopologyError(f"processor {self._node!r} has no access to state store {name!r}; connect it "
                                 f"with add_state_store(builder, {self._node!r}) or process(supplier, {name!r})")
         return self._task.stores[name]
+
+    @property
+    def default_key_serde(self) -> Serde[Any]:
+        """The config's ``default.key.serde`` (Kafka Streams' ``context.keySerde()``)."""
+        return self._task.config.default_key_serde
+
+    @property
+    def default_value_serde(self) -> Serde[Any]:
+        """The config's ``default.value.serde`` (Kafka Streams' ``context.valueSerde()``)."""
+        return self._task.config.default_value_serde
+
+    def record_dropped(self, reason: str) -> None:
+        """Count a record this node skips on purpose (the task's ``dropped_records``) and log it at debug."""
+        task = self._task
+        task.dropped_records += 1
+        if log.isEnabledFor(logging.DEBUG):
+            current = task.current
+            where = "" if current is None else \
+                f" (topic={current.topic()}, partition={current.partition()}, offset={current.offset()})"
+            log.debug("task %s: %s skipped a record: %s%s", task.id, self._node, reason, where)
 
     def commit(self) -> None:
         self._task.commit_requested = True

@@ -98,7 +98,9 @@ class KafkaRecordCollector:
                               f"partition {partition}: {error}")
 
     def close(self) -> None:
+        """Flush what is outstanding (best effort) and release the producer's connections."""
         try:
             self.producer.flush(10)
+            self.producer.close()
         except Exception:  # closing after a failure: nothing more to report
-            log.debug("producer flush on close failed", exc_info=True)
+            log.debug("producer close failed", exc_info=True)

@@ -82,8 +82,7 @@ class StreamThread(threading.Thread):
                 client.close()  # the consumer leaves the group; on_revoke finds no tasks left
             except Exception:
                 log.warning("closing %s failed", type(client).__name__, exc_info=True)
-        if self._clean_shutdown:
-            self.collector.close()
+        self.collector.close()
         self._on_state(self, "DEAD" if self.exception is None else "FAILED")
 
     # -- the loop ----------------------------------------------------------------------------------------------

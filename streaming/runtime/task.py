@@ -66,6 +66,7 @@ class StreamTask:
         self.clock = clock
         self.partitions: list[TopicPartition] = input_partitions or [(t, partition) for t in subtopology.source_topics]
         self.stream_time = -1
+        self.dropped_records = 0  # records DSL operators skipped on purpose (null keys or values)
         self.current: Any = None  # the input message being processed (None inside a punctuation)
         self.current_timestamp = -1
         self.commit_requested = False
@@ -85,6 +86,7 @@ class StreamTask:
         self.pending: list[Any] = []  # input that arrived while the stores were restoring
         self.state = ProcessorStateManager(config["state.dir"], self.application_id, self.id, partition)
         self.stores: dict[str, Any] = {}
+        self.global_stores: dict[str, Any] = topology.global_state_stores  # read-only views, shared
         try:
             self._open_stores(cache_budget)
         except Exception:
@@ -94,7 +96,11 @@ class StreamTask:
     # -- construction ------------------------------------------------------------------------------------
     def _open_stores(self, cache_budget: CacheBudget | None) -> None:
         builders = self._topology.store_builders
-        for name in self.subtopology.stores:
+        # In node order, which is topological: a commit flushes the stores in this order, so what an
+        # upstream store's cache forwards on its flush reaches a downstream store before that one flushes.
+        ordered = dict.fromkeys(store for node in self.subtopology.nodes if isinstance(node, ProcessorNodeDef)
+                                for store in node.stores)
+        for name in ordered:
             builder = builders[name]
             store = builder.build()
             self.state.prepare_store_dir(name, store.persistent, builder.logging_enabled)
@@ -170,8 +176,7 @@ class StreamTask:
                 key_bytes = serialize_key(key)
                 value_bytes = serialize_value(value)
             except Exception as exc:
-                raise StreamsError(f"sink {node.name!r} cannot serialize the record for topic {topic!r} "
-                                   f"(key={key!r}): {exc!r}") from exc
+                raise self._sink_error(node, key, value, exc) from exc
             partition = UNASSIGNED
             if partitioner is not None:
                 chosen = partitioner(topic, key, value, collector.partition_count(topic))
@@ -179,6 +184,20 @@ class StreamTask:
                     partition = chosen
             send(topic, key_bytes, value_bytes, timestamp, headers, partition)
         return emit
+
+    def _sink_error(self, node: SinkNodeDef, key: Any, value: Any, exc: Exception) -> StreamsError:
+        key_serde = node.key_serde or self.config.default_key_serde
+        value_serde = node.value_serde or self.config.default_value_serde
+        try:
+            key_serde.serialize(key)
+        except Exception:
+            what = f"the key {key!r} with key serde {key_serde!r}"
+        else:
+            what = f"the value {value!r} with value serde {value_serde!r}"
+        hint = ""
+        if node.topic in self._topology.internal_topics:
+            hint = " (a repartition topic: give the operation that repartitions, e.g. group_by, the serde it needs)"
+        return StreamsError(f"sink {node.name!r} cannot serialize {what} for topic {node.topic!r}{hint}: {exc!r}")
 
     # -- processing ----------------------------------------------------------------------------------------
     def process_messages(self, messages: list[Any]) -> None:

@@ -57,7 +57,9 @@ def produce(bootstrap_servers: str, topic: str, records: Iterable[Any], key_serd
                 producer.poll(0.1)
         if count % 10_000 == 0:
             producer.poll(0)
-    if producer.flush(60) > 0:
+    unacknowledged = producer.flush(60)
+    producer.close()
+    if unacknowledged > 0:
         raise RuntimeError(f"records to {topic!r} still unacknowledged after 60 s")
     if failures:
         raise RuntimeError(f"{len(failures)} records failed to reach {topic!r}: {failures[0]}")

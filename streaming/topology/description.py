@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streaming.topology.nodes import NodeDef, ProcessorNodeDef, SinkNodeDef, SourceNodeDef
+from streaming.topology.nodes import GlobalStoreDef, NodeDef, ProcessorNodeDef, SinkNodeDef, SourceNodeDef
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,27 @@ class SubtopologyDescription:
 
 
 @dataclass(frozen=True)
-class TopologyDescription:
-    subtopologies: tuple[SubtopologyDescription, ...]
+class GlobalStoreDescription:
+    """A global store, printed as Kafka Streams does: a sub-topology that generates no tasks."""
+
+    id: int
+    store: GlobalStoreDef
 
     def __str__(self) -> str:
-        return "\n".join(["Topologies:", *(str(s) for s in self.subtopologies)]) + "\n"
+        store = self.store
+        return "\n".join([
+            f"   Sub-topology: {self.id} for global store (will not generate tasks)",
+            f"    Source: {store.source_name} (topics: [{store.topic}])",
+            f"      --> {store.processor_name}",
+            f"    Processor: {store.processor_name} (stores: [{store.store_builder.name}])",
+            f"      <-- {store.source_name}"])
+
+
+@dataclass(frozen=True)
+class TopologyDescription:
+    subtopologies: tuple[SubtopologyDescription, ...]
+    global_stores: tuple[GlobalStoreDescription, ...] = ()
+
+    def __str__(self) -> str:
+        parts = [*(str(s) for s in self.subtopologies), *(str(g) for g in self.global_stores)]
+        return "\n".join(["Topologies:", *parts]) + "\n"

@@ -50,6 +50,21 @@ class ProcessorNodeDef(NodeDef):
 
 
 @dataclass
+class GlobalStoreDef:
+    """A global store: a full copy of ``topic`` (every partition) on every instance, updated only from it.
+
+    Not part of any sub-topology (no tasks); ``source_name`` and ``processor_name`` are the names it
+    shows in ``describe()``. Records are applied as they are (key and value bytes), a ``None`` value
+    deleting the key, so the store's serdes must be the ones the topic is written with.
+    """
+
+    store_builder: Any
+    topic: str
+    source_name: str
+    processor_name: str
+
+
+@dataclass
 class SinkNodeDef(NodeDef):
     topic: str = ""
     key_serde: Serde[Any] | None = None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,8 +11,16 @@ from streaming.errors import TopologyError
 from streaming.serdes import Serde
 from streaming.state.stores import StoreBuilder
 from streaming.timestamps import TimestampExtractor
-from streaming.topology.description import SubtopologyDescription, TopologyDescription
-from streaming.topology.nodes import NodeDef, Operator, Partitioner, ProcessorNodeDef, SinkNodeDef, SourceNodeDef
+from streaming.topology.description import GlobalStoreDescription, SubtopologyDescription, TopologyDescription
+from streaming.topology.nodes import (
+    GlobalStoreDef,
+    NodeDef,
+    Operator,
+    Partitioner,
+    ProcessorNodeDef,
+    SinkNodeDef,
+    SourceNodeDef,
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,8 @@ class Topology:
         self._internal_topics: set[str] = set()  # names without the application.id prefix until bound
         self._application_id: str | None = None
         self._subtopologies: list[Subtopology] | None = None
+        self._global_stores: dict[str, GlobalStoreDef] = {}
+        self._global_state_stores: dict[str, Any] = {}  # store instances, in a runtime's view only
 
     # -- building -------------------------------------------------------------------------------------
     def add_source(self, name: str, *topics: str, key_serde: Serde[Any] | None = None,
@@ -66,6 +77,7 @@ class Topology:
             if topic in self._topic_sources:
                 raise TopologyError(f"topic {topic!r} is already read by source {self._topic_sources[topic]!r}; "
                                     f"a topic can be read by one source node only")
+            self._check_not_global(topic)
         self._add(SourceNodeDef(name, topics=list(topics), key_serde=key_serde, value_serde=value_serde,
                                 timestamp_extractor=timestamp_extractor, offset_reset=offset_reset), ())
         for topic in topics:
@@ -125,7 +137,7 @@ class Topology:
 
     def add_state_store(self, store_builder: StoreBuilder, *processor_names: str) -> Topology:
         """Register a store (one instance per task) and connect it to the named processors."""
-        if store_builder.name in self._stores:
+        if store_builder.name in self._stores or store_builder.name in self._global_stores:
             raise TopologyError(f"state store {store_builder.name!r} is already added to this topology")
         self._stores[store_builder.name] = store_builder
         self.connect_processor_and_state_stores(*processor_names, store_names=[store_builder.name])
@@ -146,10 +158,63 @@ class Topology:
         self._subtopologies = None
         return self
 
+    def add_global_store(self, store_builder: StoreBuilder, topic: str, *, source_name: str,
+                         processor_name: str) -> Topology:
+        """A global store: every instance keeps a full copy of ``topic`` (all partitions) in it.
+
+        The store is filled from the topic itself before processing starts and then follows it, so it
+        has no changelog (logging and caching are turned off). Processors of any sub-topology read it
+        with ``context.get_state_store(name)``, without connecting it; writes raise. Records are stored
+        as they are: the store's serdes must match the topic's, and a ``None`` value deletes the key.
+        """
+        name = store_builder.name
+        if name in self._stores or name in self._global_stores:
+            raise TopologyError(f"state store {name!r} is already added to this topology")
+        if not isinstance(topic, str) or not topic:
+            raise TopologyError(f"global store {name!r}: topic must be a non-empty string, got {topic!r}")
+        if topic in self._topic_sources:
+            raise TopologyError(f"topic {topic!r} is already read by source {self._topic_sources[topic]!r}; "
+                                f"it cannot also feed global store {name!r}")
+        self._check_not_global(topic)
+        for node_name in (source_name, processor_name):
+            if node_name in self._nodes or node_name in self._global_node_names():
+                raise TopologyError(f"a node named {node_name!r} is already in this topology")
+        store_builder.with_logging_disabled().with_caching_disabled()
+        self._global_stores[name] = GlobalStoreDef(store_builder, topic, source_name, processor_name)
+        return self
+
+    def _check_not_global(self, topic: str) -> None:
+        for store in self._global_stores.values():
+            if store.topic == topic:
+                raise TopologyError(f"topic {topic!r} already feeds global store {store.store_builder.name!r}; "
+                                    f"a topic can be read by one source node only")
+
+    def _global_node_names(self) -> set[str]:
+        return {n for g in self._global_stores.values() for n in (g.source_name, g.processor_name)}
+
+    @property
+    def global_stores(self) -> dict[str, GlobalStoreDef]:
+        """Global store definitions by store name."""
+        return dict(self._global_stores)
+
+    def with_global_state_stores(self, stores: Mapping[str, Any]) -> Topology:
+        """This topology as one runtime (a KafkaStreams instance or a test driver) runs it: the same
+        definitions, plus that runtime's open global store instances, which its tasks hand to processors.
+        """
+        self.subtopologies()  # computed once, shared with the view
+        view = copy.copy(self)
+        view._global_state_stores = dict(stores)
+        return view
+
+    @property
+    def global_state_stores(self) -> dict[str, Any]:
+        """Open global store instances (empty outside a runtime's view, see :meth:`with_global_state_stores`)."""
+        return self._global_state_stores
+
     def _add(self, node: NodeDef, parent_names: tuple[str, ...] | list[str]) -> None:
         if not isinstance(node.name, str) or not node.name:
             raise TopologyError(f"node names must be non-empty strings, got {node.name!r}")
-        if node.name in self._nodes:
+        if node.name in self._nodes or node.name in self._global_node_names():
             raise TopologyError(f"a node named {node.name!r} is already in this topology")
         if not isinstance(node, SourceNodeDef) and not parent_names:
             raise TopologyError(f"{type(node).__name__.removesuffix('NodeDef').lower()} {node.name!r} needs a parent")
@@ -190,6 +255,8 @@ class Topology:
 
     def _split(self) -> list[Subtopology]:
         if not self._nodes:
+            if self._global_stores:
+                return []  # only global stores: nothing generates tasks
             raise TopologyError("the topology has no nodes")
         root: dict[str, str] = {name: name for name in self._nodes}
 
@@ -228,7 +295,10 @@ class Topology:
 
     def describe(self) -> TopologyDescription:
         """The sub-topologies and their nodes; ``print()`` it for Kafka Streams' familiar text."""
-        return TopologyDescription(tuple(SubtopologyDescription(s.id, s.nodes) for s in self.subtopologies()))
+        subtopologies = self.subtopologies()
+        return TopologyDescription(
+            tuple(SubtopologyDescription(s.id, s.nodes) for s in subtopologies),
+            tuple(GlobalStoreDescription(len(subtopologies) + i, g) for i, g in enumerate(self._global_stores.values())))
 
     def __repr__(self) -> str:
         return str(self.describe())

@@ -19,7 +19,7 @@ from streaming.admin import create_topics
 from streaming.runtime.kafka_streams import State
 from streaming.testing.generators import GeneratedRecord
 from streaming.testing.kafka import committed_offsets, produce, read_topic
-from tests.integration.apps import counting
+from tests.integration.workloads import counting
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ def keyed_records(count: int, keys: int) -> list[GeneratedRecord]:
 def start_worker(bootstrap: str, app_id: str, state_dir: Path, source: str, sink: str, log: Path,
                  slow_ms: int = 0) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "streaming.cli.main", "worker", "run", "tests.integration.apps.counting:topology",
+        [sys.executable, "-m", "streaming.cli.main", "worker", "run", "tests.integration.workloads.counting:topology",
          "--set", f"bootstrap.servers={bootstrap}", "--set", f"application.id={app_id}",
          "--set", f"state.dir={state_dir}", "--set", "commit.interval.ms=300"],
         cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT,
