@@ -306,7 +306,8 @@ def ceiling_main(cfg: dict[str, Any], q: "mp.Queue") -> None:
         consumer.subscribe([in_topic], on_assign=on_assign, on_revoke=on_revoke)
         deadline = t0 + cfg["timeout"]
         eof: set[int] = set()
-        consumed = produced = 0
+        consumed = produced = consumed_before = 0
+        t_last_batch = None
         last_commit = t0
         interval = cfg["commit_interval_s"]
         while len(eof) < cfg["partitions"]:
@@ -348,11 +349,15 @@ def ceiling_main(cfg: dict[str, Any], q: "mp.Queue") -> None:
                 produced += 1
             if consumed and "first" not in marks:
                 marks["first"] = now
+            if consumed != consumed_before:
+                t_last_batch = time.monotonic()  # after the last batch that held records
+                consumed_before = consumed
             poll(0)
             if now - last_commit >= interval:
                 commit()
                 last_commit = time.monotonic()
-        marks["consumed"] = time.monotonic()
+        marks["consumed"] = time.monotonic()  # all partitions at EOF
+        marks["last_record"] = t_last_batch
         commit()
         marks["committed"] = time.monotonic()
         keys = sum(len(c) for c in caches.values())
@@ -898,7 +903,7 @@ def run_ceiling(broker: C.BrokerHandle, cfg: dict[str, Any], load: C.LoadResult,
             "first_output_after_s": round(t_first - t0, 3) if t_first is not None else None,
             "seconds_from_first_output": round(from_first, 3) if from_first else None,
             "records_per_s_from_first_output": round(load.records / from_first, 1) if from_first else None,
-            "processing": _processing(load.records, marks.get("first"), marks.get("consumed")),
+            "processing": _processing(load.records, marks.get("first"), marks.get("last_record")),
             "committed_offsets": committed,
             "committed_ok": all(committed.get(p, -1) == e for p, e in load.end_offsets.items()),
             "changelog_records_produced": report["stats"]["changelog_records"],
@@ -1462,7 +1467,8 @@ def _report(results: dict[str, Any]) -> str:
         m, s = c["report"]["marks"], c["report"]["stats"]
         lines.append(
             f"ceiling, own clock: assigned {_f(m.get('assigned'))}s, first record {_f(m.get('first'))}s, "
-            f"input consumed {_f(m.get('consumed'))}s, final commit done {_f(m.get('committed'))}s; "
+            f"last record {_f(m.get('last_record'))}s, EOF {_f(m.get('consumed'))}s, "
+            f"final commit done {_f(m.get('committed'))}s; "
             f"{s['commits']} commits: changelog loop (dumps+put+produce) {s['commit_loop_s']:.3f}s, "
             f"db.write {s['db_write_s']:.3f}s, flush {s['flush_s']:.3f}s, offset commit {s['offset_commit_s']:.3f}s "
             f"(longest commit {s['max_commit_s']:.3f}s); {c['cpu_us_per_record']:.2f} us CPU/record"

@@ -2,13 +2,22 @@
 
 Public API (internals live in ``streaming.runtime`` and are not imported by users)::
 
-    from streaming import StreamsBuilder, Topology, KafkaStreams, Serdes, Stores
+    from streaming import StreamsBuilder, Topology, KafkaStreams, Serdes, Stores, Materialized
     from streaming.processor import Processor, ProcessorContext, Record, PunctuationType
     from streaming.testing import TopologyTestDriver
 """
 
 from streaming.config import StreamsConfig
-from streaming.dsl import BranchedKStream, KStream, StreamsBuilder
+from streaming.dsl import (
+    BranchedKStream,
+    GlobalKTable,
+    KGroupedStream,
+    KGroupedTable,
+    KStream,
+    KTable,
+    Materialized,
+    StreamsBuilder,
+)
 from streaming.errors import (
     ConfigError,
     DeserializationError,
@@ -23,10 +32,10 @@ from streaming.timestamps import FieldTimestampExtractor, RecordTimestampExtract
 from streaming.topology import Topology
 
 __all__ = [
-    "BranchedKStream", "ConfigError", "DeserializationError", "FieldTimestampExtractor", "KStream",
-    "KafkaStreams", "KeyValueStore", "ProcessingError", "ProductionError", "RecordTimestampExtractor", "Serde",
-    "Serdes", "Stores", "StreamsBuilder", "StreamsConfig", "StreamsError", "Topology", "TopologyError",
-    "WallclockTimestampExtractor",
+    "BranchedKStream", "ConfigError", "DeserializationError", "FieldTimestampExtractor", "GlobalKTable",
+    "KGroupedStream", "KGroupedTable", "KStream", "KTable", "KafkaStreams", "KeyValueStore", "Materialized",
+    "ProcessingError", "ProductionError", "RecordTimestampExtractor", "Serde", "Serdes", "Stores", "StreamsBuilder",
+    "StreamsConfig", "StreamsError", "Topology", "TopologyError", "WallclockTimestampExtractor",
 ]
 
 

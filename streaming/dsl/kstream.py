@@ -7,6 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from streaming.dsl import operators as ops
 from streaming.dsl.functions import takes_key
+from streaming.dsl.kgrouped import KGroupedStream
+from streaming.dsl.ktable import KTable
+from streaming.dsl.materialized import Materialized, as_materialized, make_store_builder
+from streaming.dsl.repartition import GroupBySelectKey, add_repartition
+from streaming.dsl.stateful_operators import TableSource
 from streaming.errors import TopologyError
 from streaming.serdes import Serde
 from streaming.topology.nodes import Partitioner
@@ -23,14 +28,18 @@ class KStream:
     Serdes travel with the stream as in Kafka Streams: ``filter`` keeps both, ``map_values`` keeps the key
     serde, ``select_key`` keeps the value serde, ``map`` keeps neither. A sink with no serde given uses
     the stream's, else the config's ``default.key.serde`` / ``default.value.serde``.
+
+    Operations that may change the key (``map``, ``flat_map``, ``select_key``, ``process``) mark the
+    stream: a later ``group_by_key`` or ``to_table`` then repartitions it first, as in Kafka Streams.
     """
 
     def __init__(self, builder: StreamsBuilder, node: str, key_serde: Serde[Any] | None,
-                 value_serde: Serde[Any] | None) -> None:
+                 value_serde: Serde[Any] | None, repartition_required: bool = False) -> None:
         self._builder = builder
         self._node = node
         self.key_serde = key_serde
         self.value_serde = value_serde
+        self._repartition_required = repartition_required
 
     @property
     def node_name(self) -> str:
@@ -38,9 +47,9 @@ class KStream:
         return self._node
 
     def _then(self, kind: str, operator: Any, name: str | None, key_serde: Serde[Any] | None,
-              value_serde: Serde[Any] | None) -> KStream:
+              value_serde: Serde[Any] | None, key_changed: bool = False) -> KStream:
         node = self._builder._add_operator(kind, operator, name, self._node)
-        return KStream(self._builder, node, key_serde, value_serde)
+        return KStream(self._builder, node, key_serde, value_serde, key_changed or self._repartition_required)
 
     def filter(self, predicate: KeyValuePredicate, name: str | None = None) -> KStream:
         """Keep records for which ``predicate(key, value)`` is true."""
@@ -52,7 +61,7 @@ class KStream:
 
     def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]], name: str | None = None) -> KStream:
         """Replace each record by ``mapper(key, value) -> (new_key, new_value)``."""
-        return self._then("MAP", ops.Map(mapper), name, None, None)
+        return self._then("MAP", ops.Map(mapper), name, None, None, key_changed=True)
 
     def map_values(self, mapper: Callable[..., Any], name: str | None = None) -> KStream:
         """Replace each value by ``mapper(value)`` (or ``mapper(key, value)``); the key is unchanged."""
@@ -60,7 +69,7 @@ class KStream:
 
     def flat_map(self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]], name: str | None = None) -> KStream:
         """Replace each record by zero or more ``(key, value)`` pairs from ``mapper(key, value)``."""
-        return self._then("FLATMAP", ops.FlatMap(mapper), name, None, None)
+        return self._then("FLATMAP", ops.FlatMap(mapper), name, None, None, key_changed=True)
 
     def flat_map_values(self, mapper: Callable[..., Iterable[Any]], name: str | None = None) -> KStream:
         """Replace each value by zero or more values from ``mapper(value)`` (or ``mapper(key, value)``)."""
@@ -69,7 +78,7 @@ class KStream:
 
     def select_key(self, mapper: Callable[[Any, Any], Any], name: str | None = None) -> KStream:
         """Set each record's key to ``mapper(key, value)``."""
-        return self._then("KEY-SELECT", ops.SelectKey(mapper), name, None, self.value_serde)
+        return self._then("KEY-SELECT", ops.SelectKey(mapper), name, None, self.value_serde, key_changed=True)
 
     def peek(self, action: Callable[[Any, Any], Any], name: str | None = None) -> KStream:
         """Call ``action(key, value)`` for each record and pass it on unchanged."""
@@ -86,7 +95,8 @@ class KStream:
         node = self._builder._add_operator("MERGE", ops.PassThrough(), name, self._node, other._node)
         same_key = self.key_serde if self.key_serde is other.key_serde else None
         same_value = self.value_serde if self.value_serde is other.value_serde else None
-        return KStream(self._builder, node, same_key, same_value)
+        return KStream(self._builder, node, same_key, same_value,
+                       self._repartition_required or other._repartition_required)
 
     def split(self, name: str = "") -> BranchedKStream:
         """Route each record to the first branch whose predicate matches (see :class:`BranchedKStream`)."""
@@ -117,7 +127,64 @@ class KStream:
         topology.add_processor(node, supplier, self._node)
         if store_names:
             topology.connect_processor_and_state_stores(node, store_names=list(store_names))
-        return KStream(self._builder, node, None, None)
+        return KStream(self._builder, node, None, None, repartition_required=True)
+
+    # -- grouping, repartitioning, tables -----------------------------------------------------------------------
+    def group_by_key(self, key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
+                     name: str | None = None) -> KGroupedStream:
+        """Group by the current key, to ``count``/``reduce``/``aggregate`` (see :class:`KGroupedStream`).
+
+        No repartition unless an earlier operation may have changed the key (``map``, ``select_key``,
+        ...); then the records go through ``<application.id>-<name or store>-repartition`` first. Serdes
+        default to the stream's.
+        """
+        return KGroupedStream(self._builder, self._node, key_serde or self.key_serde, value_serde or self.value_serde,
+                              self._repartition_required, name)
+
+    def group_by(self, selector: Callable[[Any, Any], Any], key_serde: Serde[Any] | None = None,
+                 value_serde: Serde[Any] | None = None, name: str | None = None) -> KGroupedStream:
+        """Group by a new key ``selector(key, value)``, to ``count``/``reduce``/``aggregate``.
+
+        Always repartitions: the records go through the internal topic
+        ``<application.id>-<name>-repartition`` (``name`` defaults to the first aggregation's store name,
+        e.g. ``KSTREAM-AGGREGATE-STATE-STORE-0000000002``), a new sub-topology reading it does the
+        aggregation. ``key_serde`` writes the new keys (default: ``default.key.serde``; a serde that cannot
+        take the first selected key fails at once, naming this node, the serde and the key);
+        ``value_serde`` defaults to the stream's. Records whose selected key is None are skipped (counted).
+        """
+        node = name or self._builder._new_name("KEY-SELECT")
+        self._builder.topology.add_operator(node, GroupBySelectKey(selector, key_serde, node), self._node)
+        return KGroupedStream(self._builder, node, key_serde, value_serde or self.value_serde, True, name)
+
+    def repartition(self, key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
+                    name: str | None = None, partitioner: Partitioner | None = None) -> KStream:
+        """Write the stream to the internal topic ``<application.id>-<name>-repartition`` and read it back
+        (a new sub-topology), so each record lands on the task that owns its key (or the partition
+        ``partitioner(topic, key, value, n)`` picks). ``name`` defaults to ``KSTREAM-REPARTITION-<n>``;
+        serdes to the stream's. Records with a None key are skipped (counted): they have no partition.
+        """
+        repartition_name = name or self._builder._new_name("REPARTITION")
+        key_serde, value_serde = key_serde or self.key_serde, value_serde or self.value_serde
+        source = add_repartition(self._builder, self._node, repartition_name, key_serde, value_serde, partitioner)
+        return KStream(self._builder, source, key_serde, value_serde)
+
+    def to_table(self, materialized: Materialized | str | None = None, name: str | None = None) -> KTable:
+        """The stream as a table: each record updates its key, a None value deletes it (see
+        ``StreamsBuilder.table``). Repartitions first if the key may have changed."""
+        builder = self._builder
+        spec = as_materialized(materialized)
+        store_name = spec.store_name or builder._new_store_name("KSTREAM-TOTABLE-")
+        node = name or builder._new_name("TOTABLE")
+        key_serde, value_serde = spec.key_serde or self.key_serde, spec.value_serde or self.value_serde
+        store = make_store_builder(spec, store_name, key_serde, value_serde)
+        builder.topology.add_state_store(store)
+        parent = self._node
+        if self._repartition_required:
+            parent = add_repartition(builder, parent, node, key_serde, value_serde)
+        operator = TableSource(store_name)
+        builder.topology.add_operator(node, operator, parent)
+        builder.topology.connect_processor_and_state_stores(node, store_names=[store_name])
+        return KTable(builder, node, key_serde, value_serde, store_name, operator)
 
 
 class BranchedKStream:
@@ -171,7 +238,8 @@ class BranchedKStream:
         self._names.add(branch_name)
         builder = self._stream._builder
         node = builder._add_operator("BRANCH-CHILD", ops.PassThrough(), None, self._node)
-        stream: KStream | None = KStream(builder, node, self._stream.key_serde, self._stream.value_serde)
+        stream: KStream | None = KStream(builder, node, self._stream.key_serde, self._stream.value_serde,
+                                         self._stream._repartition_required)
         if chain is not None:
             stream = chain(stream)
         if stream is not None:

@@ -14,10 +14,28 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from streaming.config import StreamsConfig
-from streaming.errors import ConfigError, CoPartitioningError, MissingSourceTopicError, StreamsError
+from streaming.errors import (
+    ConfigError,
+    CoPartitioningError,
+    InvalidStateStoreError,
+    MissingSourceTopicError,
+    StreamsError,
+    UnknownStateStoreError,
+)
 from streaming.runtime.changelog_reader import StateRestoreListener
+from streaming.runtime.global_stream_thread import GlobalStreamThread
+from streaming.runtime.http_server import InteractiveQueryServer
+from streaming.runtime.interactive_queries import (
+    InteractiveQueries,
+    KeyQueryMetadata,
+    Partitioner,
+    ReadOnlyKeyValueStoreView,
+    key_value_stores,
+    unknown_store_message,
+)
 from streaming.runtime.internal_topics import create_internal_topics
 from streaming.runtime.stream_thread import StreamThread
+from streaming.serdes import Serde
 from streaming.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -99,6 +117,8 @@ class KafkaStreams:
             self._set_state(State.REBALANCING)
         elif state == "RUNNING" and all(s == "RUNNING" for s in self._thread_states.values()):
             self._set_state(State.RUNNING)
+        if self._iq is not None:  # interactive queries: announce the new assignment
+            self._iq.on_thread_state()
 
     @property
     def exception(self) -> BaseException | None:
@@ -113,8 +133,10 @@ class KafkaStreams:
         counts = self.check_topics()
         counts.update(create_internal_topics(self.topology, self.config.application_id,
                                              self.config.admin_config(), counts))
+        topology = self._start_global_stream_thread(counts)  # global tables are complete before processing
+        self._start_interactive_queries(counts)
         count = self.config["num.stream.threads"]
-        self._threads = [StreamThread(f"{self.config.application_id}-StreamThread-{i + 1}", self.topology,
+        self._threads = [StreamThread(f"{self.config.application_id}-StreamThread-{i + 1}", topology,
                                       self.config, self._on_thread_state, self._restore_listener, counts)
                          for i in range(count)]
         self._thread_states = {t.name: "STARTING" for t in self._threads}
@@ -134,7 +156,9 @@ class KafkaStreams:
         deadline = None if timeout is None else time.monotonic() + timeout
         for thread in self._threads:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        done = not any(t.is_alive() for t in self._threads)
+        global_done = self._stop_global_stream_thread(deadline)
+        done = not any(t.is_alive() for t in self._threads) and global_done
+        self._stop_interactive_queries()
         if done:
             if self._state is State.ERROR:
                 with self._lock:
@@ -165,6 +189,103 @@ class KafkaStreams:
             "last_commit_latency_ms": max((t.last_commit_ms for t in self._threads), default=0.0),
             "tasks": sorted(task for t in self._threads for task in t.tasks.tasks),
         }
+
+    # -- interactive queries (logic in streaming.runtime.interactive_queries / http_server) ------------------
+    _iq: InteractiveQueries | None = None
+    _iq_server: InteractiveQueryServer | None = None
+
+    def store(self, name: str) -> ReadOnlyKeyValueStoreView:
+        """A read-only view of key-value store ``name`` over this instance's local active tasks.
+
+        ``get(key)`` reads the task the key hashes to (None when that task runs elsewhere: ask
+        :meth:`metadata_for_key` who has it); ``range``, ``prefix_scan`` and ``all`` merge every local
+        task in serialized-key order; ``approximate_num_entries`` sums them. The view is live: each
+        call raises :class:`InvalidStateStoreError` while the instance rebalances or restores (retry)
+        or after it stopped. An unknown name raises :class:`UnknownStateStoreError` listing the stores.
+        """
+        if self._iq is None:
+            known = key_value_stores(self.topology)
+            if name not in known:
+                raise UnknownStateStoreError(unknown_store_message(name, known))
+            raise InvalidStateStoreError(f"state store {name!r} is not available: KafkaStreams is not started "
+                                         f"(state {self._state.value}); call start() and query while it is RUNNING")
+        return self._iq.store(name)
+
+    def metadata_for_key(self, store: str, key: Any, key_serde: Serde[Any] | None = None,
+                         partitioner: Partitioner | None = None) -> KeyQueryMetadata:
+        """Which instance (``application.server``) runs the task holding ``key`` of ``store``.
+
+        The key is serialized with ``key_serde`` (default: the store's key serde) and hashed as Kafka's
+        default partitioner does, unless ``partitioner(topic, key, None, num_partitions)`` is given.
+        Hosts come from the assignments instances announce on ``<application.id>-metadata`` (read at
+        most every 250 ms); ``active_host`` is None while no instance owns the partition. Needs
+        ``application.server``.
+        """
+        if self._iq is None:
+            raise StreamsError(f"metadata_for_key needs a started KafkaStreams (state is {self._state.value})")
+        return self._iq.metadata_for_key(store, key, key_serde, partitioner)
+
+    def _start_interactive_queries(self, partition_counts: dict[str, int]) -> None:
+        """Local store views always; with ``application.server`` also the metadata announcements and
+        the HTTP endpoint (bound before any stream thread starts, so a busy port fails start())."""
+        iq = InteractiveQueries(
+            self.topology, self.config, partition_counts,
+            tasks=lambda: [task for thread in self._threads for task in list(thread.tasks.tasks.values())],
+            standby_task_ids=lambda: [str(task_id) for thread in self._threads
+                                      for task_id in list(getattr(thread.tasks, "standby", {}))],
+            state=lambda: self._state.value)
+        if iq.host is not None:
+            server = InteractiveQueryServer(iq, iq.host)
+            server.start()
+            try:
+                iq.start()
+            except BaseException:
+                server.stop()
+                raise
+            self._iq_server = server
+        self._iq = iq
+
+    def _stop_interactive_queries(self) -> None:
+        """Stop answering HTTP, then announce this host's departure (tombstone)."""
+        if self._iq_server is not None:
+            self._iq_server.stop()
+            self._iq_server = None
+        if self._iq is not None:
+            self._iq.close()
+
+    # -- global stores (logic in streaming.runtime.global_stream_thread) ---------------------------------------
+    _global_thread: GlobalStreamThread | None = None
+
+    def _start_global_stream_thread(self, partition_counts: dict[str, int]) -> Topology:
+        """Fill the global stores from their topics (blocks until every partition is read to its end) and
+        keep them following; return the topology as this instance's stream threads run it, with this
+        instance's global stores (the topology itself when it has none)."""
+        definitions = self.topology.global_stores
+        if not definitions:
+            return self.topology
+        missing = sorted({d.topic for d in definitions.values() if d.topic not in partition_counts})
+        if missing:
+            raise MissingSourceTopicError(f"global table topics {missing} do not exist on "
+                                          f"{self.config['bootstrap.servers']}; create them first")
+        thread = GlobalStreamThread(self.topology, self.config, partition_counts, self._on_global_stream_thread_failure)
+        thread.start_and_bootstrap()
+        self._global_thread = thread
+        return self.topology.with_global_state_stores(thread.state.views)
+
+    def _on_global_stream_thread_failure(self, exc: BaseException) -> None:
+        """As in Kafka Streams, a failed global thread stops the client: its global tables would go stale."""
+        self._set_state(State.ERROR)
+        for thread in self._threads:
+            thread.shutdown()
+
+    def _stop_global_stream_thread(self, deadline: float | None) -> bool:
+        """Stop the global thread after the stream threads (it writes the global checkpoint)."""
+        thread = self._global_thread
+        if thread is None:
+            return True
+        thread.shutdown()
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not thread.is_alive()
 
     def __enter__(self) -> KafkaStreams:
         return self

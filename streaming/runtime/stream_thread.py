@@ -95,7 +95,7 @@ class StreamThread(threading.Thread):
         task_of = self.tasks.task_of
         while not self._stopping.is_set():
             if self.tasks.restoring:
-                for task in self.tasks.restore(max_records * 5, poll_seconds):
+                for task in self.tasks.restore(max_records * 5, min(poll_seconds, 0.01)):
                     self._start_processing(task)
                 if not self.tasks.restoring:
                     self._on_state(self, "RUNNING")

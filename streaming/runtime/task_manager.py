@@ -9,6 +9,7 @@ from typing import Any
 from streaming.config import StreamsConfig
 from streaming.runtime.changelog_reader import StoreChangelogReader
 from streaming.runtime.record_collector import RecordCollector
+from streaming.runtime.snapshots import NoSnapshots, SnapshotSource, seed_from_snapshots
 from streaming.runtime.task import StreamTask, TopicPartition, task_id_of
 from streaming.state.caching import CacheBudget
 from streaming.topology.topology import Subtopology, Topology
@@ -25,12 +26,13 @@ class TaskManager:
 
     def __init__(self, topology: Topology, config: StreamsConfig, collector: RecordCollector,
                  clock: Callable[[], int], changelog_reader: StoreChangelogReader,
-                 partition_counts: dict[str, int] | None = None) -> None:
+                 partition_counts: dict[str, int] | None = None, snapshots: SnapshotSource | None = None) -> None:
         self._topology = topology
         self._config = config
         self._collector = collector
         self._clock = clock
         self._reader = changelog_reader
+        self._snapshots = snapshots or NoSnapshots()
         self._cache_budget = CacheBudget(config["statestore.cache.max.bytes"])
         self._subtopology_of: dict[str, Subtopology] = {
             topic: sub for sub in topology.subtopologies() for topic in sub.source_topics}
@@ -80,7 +82,8 @@ class TaskManager:
             for tp in tps:
                 self.task_of[tp] = task
             if task.state.changelogs:
-                self._reader.register(task, task.state.restore_offsets(), task.state.changelogs)
+                offsets = seed_from_snapshots(self._snapshots, task.state.restore_offsets(), task.state.changelogs)
+                self._reader.register(task, offsets, task.state.changelogs)
                 restoring.extend(task.partitions)
                 log.info("created task %s for partitions %s; restoring its stores", task_id, tps)
             else:

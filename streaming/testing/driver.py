@@ -13,6 +13,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 
 from streaming.config import StreamsConfig
 from streaming.runtime.context import to_millis
+from streaming.runtime.global_state import GlobalStateManager
 from streaming.runtime.task import StreamTask
 from streaming.serdes import Serde
 from streaming.state.caching import CacheBudget
@@ -48,7 +49,9 @@ class TopologyTestDriver:
 
     Like Kafka Streams' driver: every topic has one partition, so there is one task per sub-topology;
     records written to a topic the topology also reads (a repartition topic, say) are processed right
-    away; after every piped record the driver commits, which flushes stores (and their caches).
+    away; after every piped record the driver commits, which flushes stores (and their caches), and
+    processes what those flushes wrote to such topics, committing again until nothing is left.
+    Records piped into a global table's topic update its global store directly.
     Wall-clock time is simulated: it moves only with :meth:`advance_wall_clock_time`.
     """
 
@@ -68,7 +71,11 @@ class TopologyTestDriver:
         self._task_by_topic: dict[str, StreamTask] = {}
         topology.bind(self.config.application_id)
         budget = CacheBudget(self.config["statestore.cache.max.bytes"])
+        self._global = GlobalStateManager(topology, self.config)
+        self._global_topics = set(self._global.topics)
         try:
+            self._global.open(use_checkpoint=False)
+            topology = topology.with_global_state_stores(self._global.views)
             for subtopology in topology.subtopologies():
                 task = StreamTask(subtopology, 0, topology, self.config, self._collector, lambda: self.wall_clock_ms,
                                   cache_budget=budget)
@@ -84,9 +91,10 @@ class TopologyTestDriver:
     def create_input_topic(self, topic: str, key_serde: Serde[Any] | None = None,
                            value_serde: Serde[Any] | None = None, start_timestamp: int | None = None,
                            auto_advance: int | timedelta = 0) -> TestInputTopic:
-        """An input topic; serdes default to the config's default serdes."""
-        if topic not in self._task_by_topic:
-            raise ValueError(f"topic {topic!r} is not read by the topology (it reads {sorted(self._task_by_topic)})")
+        """An input topic (a global table's topic too); serdes default to the config's default serdes."""
+        if topic not in self._task_by_topic and topic not in self._global_topics:
+            raise ValueError(f"topic {topic!r} is not read by the topology "
+                             f"(it reads {sorted(self._task_by_topic.keys() | self._global_topics)})")
         advance = to_millis(auto_advance, "auto_advance") if auto_advance else 0
         return TestInputTopic(self, topic, key_serde or self.config.default_key_serde,
                               value_serde or self.config.default_value_serde,
@@ -112,6 +120,9 @@ class TopologyTestDriver:
         self._commit()
 
     def _process(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any) -> None:
+        if topic in self._global_topics:
+            self._global.update(topic, [(key, value)])
+            return
         offset = self._offsets[topic]
         self._offsets[topic] = offset + 1
         message = Message(topic=topic, partition=0, offset=offset, key=key, value=value,
@@ -123,18 +134,26 @@ class TopologyTestDriver:
             task.add_messages([message])
             task.process_buffered(1_000_000)
 
-    def _drain(self) -> None:
-        """Process records the topology wrote to topics it reads itself (repartition topics)."""
+    def _drain(self) -> bool:
+        """Process records the topology wrote to topics it reads itself (repartition topics, global
+        topics). True if there were any."""
         pending = self._collector.pending
+        processed = False
         while pending:
             topic, record = pending.popleft()
-            if topic in self._task_by_topic:
+            if topic in self._task_by_topic or topic in self._global_topics:
                 self._process(topic, record.key, record.value, record.timestamp, record.headers)
+                processed = True
+        return processed
 
     def _commit(self) -> None:
-        for task in self._tasks:
-            task.post_commit(task.prepare_commit())
-        self._drain()
+        """Commit every task (flushing caches), then process what the flushes wrote to topics the topology
+        reads (a cached aggregation feeding a repartition topic), and commit again, until nothing is left."""
+        while True:
+            for task in self._tasks:
+                task.post_commit(task.prepare_commit())
+            if not self._drain():
+                return
 
     def advance_wall_clock_time(self, advance: int | timedelta) -> None:
         """Move simulated wall-clock time forward and fire the wall-clock punctuators that are due."""
@@ -152,9 +171,12 @@ class TopologyTestDriver:
 
     # -- state ------------------------------------------------------------------------------------------------
     def get_state_store(self, name: str) -> StateStore:
+        """A store by name: a task's store, or a global store (a read-only view)."""
         for task in self._tasks:
             if name in task.stores:
                 return task.stores[name]
+        if name in self._global.views:
+            return self._global.views[name]
         raise KeyError(f"no state store named {name!r}; stores: {sorted(self.get_all_state_stores())}")
 
     def get_key_value_store(self, name: str) -> KeyValueStore[Any, Any]:
@@ -164,13 +186,19 @@ class TopologyTestDriver:
         return store
 
     def get_all_state_stores(self) -> dict[str, StateStore]:
-        return {name: store for task in self._tasks for name, store in task.stores.items()}
+        return {**self._global.views, **{name: store for task in self._tasks for name, store in task.stores.items()}}
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters: ``dropped_records``, the records DSL operations skipped on purpose (a None key or
+        value where an aggregation or table needs one), summed over tasks and global stores."""
+        return {"dropped_records": sum(task.dropped_records for task in self._tasks) + self._global.skipped}
 
     def close(self) -> None:
         """Close processors and stores, and remove the driver's temporary state directory."""
         for task in self._tasks:
             task.close()
         self._tasks.clear()
+        self._global.close()
         if self._state_dir is not None:
             shutil.rmtree(self._state_dir, ignore_errors=True)
             self._state_dir = None

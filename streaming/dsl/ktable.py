@@ -1,0 +1,128 @@
+"""``KTable`` (a changelog stream: the latest value per key) and ``GlobalKTable``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from streaming.dsl.functions import takes_key
+from streaming.dsl.table_operators import TableFilter, TableGroupByMap, TableMapValues, TableToStream
+from streaming.serdes import Serde
+
+if TYPE_CHECKING:
+    from streaming.dsl.builder import StreamsBuilder
+    from streaming.dsl.kgrouped import KGroupedTable
+    from streaming.dsl.kstream import KStream
+
+
+class KTable:
+    """A table: each record is an update of its key, a ``None`` value deletes the key.
+
+    Tables come from ``builder.table(topic)``, ``KStream.to_table()`` and the aggregations of grouped
+    streams and tables. Inside the topology an update travels as ``Change(new, old)``; ``to_stream()``
+    gives the updates as a stream of new values (None for a delete).
+
+    Emission: a table whose store caches (the default) forwards one update per key per commit, with
+    the key's latest value (Kafka Streams' record cache; ``statestore.cache.max.bytes`` evicts earlier);
+    with caching disabled (``Materialized...with_caching_disabled()``) it forwards every update.
+    Operations on a table (``filter``, ``map_values``) forward when their parent does.
+    """
+
+    def __init__(self, builder: StreamsBuilder, node: str, key_serde: Serde[Any] | None,
+                 value_serde: Serde[Any] | None, store_name: str | None, operator: Any,
+                 parent: KTable | None = None) -> None:
+        self._builder = builder
+        self._node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self._store_name = store_name
+        self._operator = operator
+        self._parent = parent
+
+    @property
+    def node_name(self) -> str:
+        """Name of the topology node that produces this table's updates."""
+        return self._node
+
+    @property
+    def queryable_store_name(self) -> str | None:
+        """The store holding this table (None for a table computed from another, e.g. by ``filter``)."""
+        return self._store_name
+
+    def _enable_sending_old_values(self) -> None:
+        """Make this table's updates carry old values (and so its parents', which compute them)."""
+        if self._operator.send_old_values:
+            return
+        self._operator.send_old_values = True
+        if self._parent is not None:
+            self._parent._enable_sending_old_values()
+
+    def _then(self, kind: str, operator: Any, name: str | None, value_serde: Serde[Any] | None) -> KTable:
+        node = self._builder._add_operator(kind, operator, name, self._node, prefix="KTABLE")
+        return KTable(self._builder, node, self.key_serde, value_serde, None, operator, parent=self)
+
+    def filter(self, predicate: Callable[[Any, Any], Any], name: str | None = None) -> KTable:
+        """The rows for which ``predicate(key, value)`` holds.
+
+        On an update: a passing value is forwarded; a value that stops passing forwards a delete
+        (``to_stream()`` shows ``(key, None)``); a value that did not pass and still does not forwards
+        nothing. Deletes of passing rows are forwarded as deletes.
+        """
+        self._enable_sending_old_values()  # the filter compares the old value to know what to delete
+        return self._then("FILTER", TableFilter(predicate, negate=False), name, self.value_serde)
+
+    def filter_not(self, predicate: Callable[[Any, Any], Any], name: str | None = None) -> KTable:
+        """The rows for which ``predicate(key, value)`` does not hold (see :meth:`filter`)."""
+        self._enable_sending_old_values()
+        return self._then("FILTER", TableFilter(predicate, negate=True), name, self.value_serde)
+
+    def map_values(self, mapper: Callable[..., Any], name: str | None = None) -> KTable:
+        """Each row's value replaced by ``mapper(value)`` (or ``mapper(key, value)``); deletes stay deletes
+        (the mapper never sees None). The key serde is kept; values use the default serde downstream."""
+        return self._then("MAPVALUES", TableMapValues(mapper, takes_key(mapper)), name, None)
+
+    def to_stream(self, name: str | None = None) -> KStream:
+        """The table's updates as a stream: ``(key, new value)``, and ``(key, None)`` for a delete."""
+        from streaming.dsl.kstream import KStream
+        node = self._builder._add_operator("TOSTREAM", TableToStream(), name, self._node, prefix="KTABLE")
+        return KStream(self._builder, node, self.key_serde, self.value_serde)
+
+    def group_by(self, selector: Callable[[Any, Any], tuple[Any, Any]], key_serde: Serde[Any] | None = None,
+                 value_serde: Serde[Any] | None = None, name: str | None = None) -> KGroupedTable:
+        """Regroup the rows: ``selector(key, value) -> (group_key, group_value)``, for ``count``, ``reduce``
+        or ``aggregate`` per group.
+
+        Always repartitions (topic ``<application.id>-<name or store>-repartition``). When a row changes,
+        its old value is subtracted from its old group and its new value added to its new group (in one
+        record when the group is the same), so a key moving between groups leaves the old group and joins
+        the new one. Serdes: ``key_serde``/``value_serde`` for the group keys and values (default serdes
+        when not given: the selected values are new types).
+        """
+        from streaming.dsl.kgrouped import KGroupedTable
+        self._enable_sending_old_values()
+        node = self._builder._add_operator("SELECT", TableGroupByMap(selector, value_serde), name, self._node,
+                                           prefix="KTABLE")
+        return KGroupedTable(self._builder, node, key_serde, value_serde, name)
+
+
+class GlobalKTable:
+    """A table holding every partition of its topic on every instance, in a global store.
+
+    Built by ``builder.global_table(topic)``. The store is filled from the topic before processing
+    starts (it has no changelog: the topic is its changelog) and then follows the topic; processors
+    read it with ``context.get_state_store(queryable_store_name)`` (read-only).
+    """
+
+    def __init__(self, topic: str, store_name: str, key_serde: Serde[Any] | None,
+                 value_serde: Serde[Any] | None) -> None:
+        self.topic = topic
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self._store_name = store_name
+
+    @property
+    def queryable_store_name(self) -> str:
+        return self._store_name
+
+    def __repr__(self) -> str:
+        return f"GlobalKTable(topic={self.topic!r}, store={self._store_name!r})"

@@ -1,0 +1,260 @@
+"""The ``<application.id>-metadata`` topic: how instances learn which instance runs which task.
+
+Kafka Streams learns every instance's ``application.server`` and assignment from its own group
+assignor's userdata. librdkafka gives Python no custom assignor and the embedded broker's
+DescribeGroups returns no members, so each instance publishes its assignment itself: one record per
+change, keyed by its ``application.server``, to this compacted one-partition topic, and a tombstone
+when it closes. The value is JSON::
+
+    {"version": 1, "host": "10.0.0.5:7070", "instance": "<uuid4>", "sequence": 12,
+     "timestamp": 1700000000000, "state": "RUNNING",
+     "active": {"orders": [0, 2]}, "active_tasks": ["0_0", "0_2"], "standby_tasks": ["0_1"]}
+
+Readers follow the topic with one long-lived consumer and keep the latest announcement per host. The
+owner of a partition is the host whose latest announcement claims it; when two do (one has not yet
+announced its revocation), the announcement later in the topic wins: with one partition, offsets
+order all announcements without trusting clocks (``timestamp`` and ``sequence`` are informational).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from streaming.admin import TopicError, create_topics
+from streaming.errors import StreamsError
+
+log = logging.getLogger(__name__)
+
+ANNOUNCEMENT_VERSION = 1
+METADATA_REFRESH_SECONDS = 0.25  # readers catch up with the topic at most this often
+REPUBLISH_CHECK_SECONDS = 0.5  # the publisher re-checks the assignment this often, besides on notify()
+
+
+def metadata_topic(application_id: str) -> str:
+    """The internal topic instances announce their assignment on: ``<application.id>-metadata``."""
+    return f"{application_id}-metadata"
+
+
+def create_metadata_topic(application_id: str, admin_config: dict[str, str]) -> str:
+    """Create (or check) the metadata topic: one partition, compacted (latest announcement per host)."""
+    topic = metadata_topic(application_id)
+    try:
+        create_topics(admin_config["bootstrap.servers"], {topic: 1},
+                      configs={topic: {"cleanup.policy": "compact"}}, client_config=admin_config)
+    except TopicError as exc:
+        raise StreamsError(f"interactive queries: metadata topic check failed: {exc}. It must have exactly one "
+                           f"partition; delete it (it only holds announcements) and restart") from exc
+    return topic
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What one instance runs: input partitions per source topic, active and standby task ids."""
+
+    active: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    active_tasks: tuple[str, ...] = ()
+    standby_tasks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostAnnouncement:
+    """The latest record of one host on the metadata topic (``offset`` orders announcements)."""
+
+    host: str
+    instance: str
+    sequence: int
+    timestamp: int
+    state: str
+    assignment: Assignment
+    offset: int
+
+    def owns(self, topics: Iterable[str], partition: int) -> bool:
+        active = self.assignment.active
+        return any(partition in active.get(topic, ()) for topic in topics)
+
+
+def encode_announcement(host: str, instance: str, sequence: int, state: str, assignment: Assignment,
+                        timestamp: int | None = None) -> bytes:
+    return orjson.dumps({
+        "version": ANNOUNCEMENT_VERSION, "host": host, "instance": instance, "sequence": sequence,
+        "timestamp": int(time.time() * 1000) if timestamp is None else timestamp, "state": state,
+        "active": {topic: list(parts) for topic, parts in sorted(assignment.active.items())},
+        "active_tasks": list(assignment.active_tasks), "standby_tasks": list(assignment.standby_tasks)})
+
+
+def decode_announcement(data: bytes, offset: int) -> HostAnnouncement:
+    raw = orjson.loads(data)
+    if not isinstance(raw, dict) or raw.get("version") != ANNOUNCEMENT_VERSION:
+        raise ValueError(f"not a version-{ANNOUNCEMENT_VERSION} announcement")
+    active = {str(topic): tuple(int(p) for p in parts) for topic, parts in raw["active"].items()}
+    return HostAnnouncement(str(raw["host"]), str(raw["instance"]), int(raw["sequence"]), int(raw["timestamp"]),
+                            str(raw["state"]), Assignment(active, tuple(raw["active_tasks"]),
+                                                          tuple(raw["standby_tasks"])), offset)
+
+
+# -- publishing and reading assignments -------------------------------------------------------------------
+class AssignmentPublisher:
+    """Writes this instance's assignment to the metadata topic whenever it changes.
+
+    A daemon thread wakes on :meth:`notify` (a stream thread changed state) and every
+    ``REPUBLISH_CHECK_SECONDS`` (changes no state callback reports, such as a task closed just after
+    the callback), snapshots the assignment, and produces a record if it differs from the last one.
+    The stream threads never block on it. :meth:`close` writes the tombstone.
+    """
+
+    def __init__(self, producer_config: dict[str, str], topic: str, host: str,
+                 snapshot: Callable[[], tuple[Assignment, str]]) -> None:
+        config = {k: v for k, v in producer_config.items() if not k.startswith("transactional.")}
+        self._producer = Producer({**config, "linger.ms": "0"})
+        self.topic = topic
+        self.host = host
+        self.instance = uuid.uuid4().hex
+        self._snapshot = snapshot
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._last: tuple[Assignment, str] | None = None
+        self.sequence = 0
+        self._thread = threading.Thread(target=self._run, name=f"{topic}-publisher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def notify(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.publish_if_changed()
+                self._producer.poll(0)
+            except Exception:
+                log.warning("interactive queries: publishing the assignment of %s failed", self.host, exc_info=True)
+            self._wake.wait(REPUBLISH_CHECK_SECONDS)
+            self._wake.clear()
+
+    def publish_if_changed(self) -> bool:
+        with self._lock:
+            if self._stopping.is_set():
+                return False
+            current = self._snapshot()
+            if current == self._last:
+                return False
+            assignment, state = current
+            self.sequence += 1
+            value = encode_announcement(self.host, self.instance, self.sequence, state, assignment)
+            self._producer.produce(self.topic, value, self.host.encode(), partition=0, on_delivery=self._delivered)
+            self._last = current
+            log.debug("announced %s: %s (%s)", self.host, assignment, state)
+            return True
+
+    def _delivered(self, error: KafkaError | None, message: Any) -> None:
+        if error is not None:
+            log.warning("interactive queries: announcement of %s not delivered: %s; will retry", self.host, error)
+            self._last = None  # publish again at the next check
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop publishing, then write the tombstone (this host serves nothing any more)."""
+        with self._lock:
+            self._stopping.set()
+        self._wake.set()
+        self._thread.join(timeout)
+        try:
+            self._producer.produce(self.topic, None, self.host.encode(), partition=0)
+            if self._producer.flush(timeout) > 0:
+                log.warning("interactive queries: the tombstone of %s on %s was not acknowledged within %s s",
+                            self.host, self.topic, timeout)
+        except Exception:
+            log.warning("interactive queries: writing the tombstone of %s failed", self.host, exc_info=True)
+
+
+class AssignmentReader:
+    """Follows the metadata topic with one long-lived consumer (no group) and keeps the latest
+    announcement per host. ``announcements()`` catches up to the end at most every ``refresh`` s.
+
+    "The end" is judged by partition EOF and the high watermark of the fetch responses (cached by
+    librdkafka), never by ListOffsets (which the embedded broker answers wrongly).
+    """
+
+    def __init__(self, consumer_config: dict[str, str], topic: str, refresh: float = METADATA_REFRESH_SECONDS,
+                 timeout: float = 10.0) -> None:
+        config = {k: v for k, v in consumer_config.items()
+                  if k not in ("group.id", "group.instance.id", "partition.assignment.strategy",
+                               "session.timeout.ms", "heartbeat.interval.ms", "enable.auto.offset.store")}
+        self._consumer = Consumer({**config, "group.id": f"{topic}-reader", "enable.auto.commit": "false",
+                                   "enable.partition.eof": "true", "fetch.wait.max.ms": "100"})
+        self._consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        self.topic = topic
+        self._refresh = refresh
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._latest: dict[str, HostAnnouncement] = {}
+        self._position = 0
+        self._at_end_once = False
+        self._refreshed = float("-inf")
+        self._closed = False
+
+    def announcements(self) -> dict[str, HostAnnouncement]:
+        """The latest announcement of every host that has not written its tombstone."""
+        with self._lock:
+            if self._closed:
+                raise StreamsError("interactive queries: the metadata reader is closed (the instance stopped)")
+            if time.monotonic() - self._refreshed >= self._refresh:
+                self._catch_up()
+                self._refreshed = time.monotonic()
+            return dict(self._latest)
+
+    def _catch_up(self) -> None:
+        deadline = time.monotonic() + self._timeout
+        partition = TopicPartition(self.topic, 0)
+        wait = 0.0 if self._at_end_once else 0.1
+        while True:
+            for message in self._consumer.consume(1000, wait):
+                self._apply(message)
+            if self._at_end_once:
+                high = self._consumer.get_watermark_offsets(partition, cached=True)[1]
+                if high < 0 or self._position >= high:
+                    return
+            if time.monotonic() > deadline:
+                raise StreamsError(f"interactive queries: cannot read the metadata topic {self.topic!r} to its end "
+                                   f"within {self._timeout} s (at offset {self._position})")
+            wait = 0.02
+
+    def _apply(self, message: Any) -> None:
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                self._at_end_once = True
+                self._position = max(self._position, message.offset())
+            elif error.fatal():
+                raise KafkaException(error)
+            else:
+                log.warning("interactive queries: reading %s: %s", self.topic, error)
+            return
+        self._position = message.offset() + 1
+        host = message.key().decode() if message.key() is not None else None
+        if host is None:
+            return
+        if message.value() is None:
+            self._latest.pop(host, None)
+            return
+        try:
+            self._latest[host] = decode_announcement(message.value(), message.offset())
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("interactive queries: skipping an unreadable announcement at %s[0]@%d: %s",
+                        self.topic, message.offset(), exc)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._consumer.close()

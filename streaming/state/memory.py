@@ -1,0 +1,95 @@
+"""In-memory bytes store: a dict plus a lazily sorted key list for ordered iteration."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator
+
+
+class InMemoryBytesStore:
+    """Bytes-to-bytes store kept in a dict; ordered scans sort the keys once per change set.
+
+    Reads may come from another thread (interactive queries) while the stream thread writes: the
+    sorted key list is cached together with the key-set version it was made at, so a list sorted by
+    a reader can never be mistaken for the current one after a concurrent insert or delete.
+    """
+
+    persistent = False
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._data: dict[bytes, bytes] = {}
+        self._version = 0  # bumped AFTER every change of the key set (only the owning thread writes)
+        self._sorted: tuple[int, list[bytes]] | None = None  # (version, sorted keys)
+        self.is_open = True
+
+    def open(self, directory: str | None) -> None:
+        self.is_open = True
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._data.get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        data = self._data
+        added = key not in data
+        data[key] = value
+        if added:
+            self._version += 1
+
+    def delete(self, key: bytes) -> bytes | None:
+        old = self._data.pop(key, None)
+        if old is not None:
+            self._version += 1
+        return old
+
+    def write_batch(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Apply puts (and deletes, for ``None`` values)."""
+        for key, value in entries:
+            if value is None:
+                self.delete(key)
+            else:
+                self.put(key, value)
+
+    def wipe(self) -> None:
+        """Forget everything."""
+        self._data.clear()
+        self._version += 1
+
+    def _keys(self) -> list[bytes]:
+        version = self._version  # read before sorting: a list is never labelled newer than its keys
+        cached = self._sorted
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        keys = sorted(self._data)
+        self._sorted = (version, keys)
+        return keys
+
+    def range(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        keys = self._keys()
+        start = 0 if lo is None else bisect.bisect_left(keys, lo)
+        stop = len(keys) if hi is None else bisect.bisect_right(keys, hi)
+        return self._iterate(keys[start:stop])
+
+    def prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        keys = self._keys()
+        start = bisect.bisect_left(keys, prefix)
+        stop = start
+        while stop < len(keys) and keys[stop].startswith(prefix):
+            stop += 1
+        return self._iterate(keys[start:stop])
+
+    def _iterate(self, keys: list[bytes]) -> Iterator[tuple[bytes, bytes]]:
+        data = self._data
+        for key in keys:
+            value = data.get(key)
+            if value is not None:
+                yield key, value
+
+    def approximate_num_entries(self) -> int:
+        return len(self._data)
+
+    def flush(self) -> None:
+        """Nothing to flush: memory is the store."""
+
+    def close(self) -> None:
+        self.is_open = False

@@ -1,0 +1,90 @@
+"""``Stores``: the factory of store suppliers and builders, named as in Kafka Streams."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from streaming.serdes import Serde
+from streaming.state.keyvalue import BytesStore, TypedKeyValueStore
+from streaming.state.memory import InMemoryBytesStore
+from streaming.state.rocksdb import RocksDBBytesStore
+
+
+class KeyValueBytesStoreSupplier:
+    """Makes one bytes store per task (``get()``); ``name`` is the store's name."""
+
+    def __init__(self, name: str, factory: Callable[[str], BytesStore], persistent: bool) -> None:
+        self.name = name
+        self._factory = factory
+        self.persistent = persistent
+
+    def get(self) -> BytesStore:
+        return self._factory(self.name)
+
+
+class StoreBuilder:
+    """Builds one store instance per task. Logging (a changelog topic) is on by default."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.logging_enabled = True
+        self.log_config: dict[str, str] = {}
+        self.caching_enabled = False
+
+    def with_logging_enabled(self, config: dict[str, str] | None = None) -> StoreBuilder:
+        """Back the store with ``<application.id>-<store>-changelog`` (extra topic configs optional)."""
+        self.logging_enabled = True
+        self.log_config = dict(config or {})
+        return self
+
+    def with_logging_disabled(self) -> StoreBuilder:
+        """No changelog: state is lost when the task moves or local state is wiped."""
+        self.logging_enabled = False
+        self.log_config = {}
+        return self
+
+    def with_caching_enabled(self) -> StoreBuilder:
+        """Collapse updates per key until the commit (``statestore.cache.max.bytes`` per thread)."""
+        self.caching_enabled = True
+        return self
+
+    def with_caching_disabled(self) -> StoreBuilder:
+        self.caching_enabled = False
+        return self
+
+    def build(self) -> Any:
+        raise NotImplementedError
+
+
+class KeyValueStoreBuilder(StoreBuilder):
+    def __init__(self, supplier: KeyValueBytesStoreSupplier, key_serde: Serde[Any] | None,
+                 value_serde: Serde[Any] | None) -> None:
+        super().__init__(supplier.name)
+        self.supplier = supplier
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+
+    def build(self) -> TypedKeyValueStore:
+        return TypedKeyValueStore(self.name, self.supplier.get(), self.key_serde, self.value_serde,
+                                  logging_enabled=self.logging_enabled, caching_enabled=self.caching_enabled)
+
+
+class Stores:
+    """Factory of stores: ``Stores.key_value_store_builder(Stores.in_memory_key_value_store("s"), ...)``."""
+
+    @staticmethod
+    def persistent_key_value_store(name: str) -> KeyValueBytesStoreSupplier:
+        """A key-value store in RocksDB under ``state.dir/<application.id>/<task>/<store>``."""
+        return KeyValueBytesStoreSupplier(name, RocksDBBytesStore, persistent=True)
+
+    @staticmethod
+    def in_memory_key_value_store(name: str) -> KeyValueBytesStoreSupplier:
+        """A key-value store held in memory (restored from its changelog when logging is on)."""
+        return KeyValueBytesStoreSupplier(name, InMemoryBytesStore, persistent=False)
+
+    @staticmethod
+    def key_value_store_builder(supplier: KeyValueBytesStoreSupplier, key_serde: Serde[Any] | None = None,
+                                value_serde: Serde[Any] | None = None) -> KeyValueStoreBuilder:
+        """A builder of typed key-value stores; serdes default to the config's default serdes."""
+        return KeyValueStoreBuilder(supplier, key_serde, value_serde)
