@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,7 +55,7 @@ def start_worker(app_id: str, index: int, bootstrap: str) -> subprocess.Popen[by
     log = open(WORK / f"{app_id}-worker-{index}.log", "wb")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(
         [sys.executable, "-m", "streaming.cli.main", "worker", "run", target, "--config", str(ROOT / config),
-         "--set", f"bootstrap.servers={bootstrap}"],
+         "--set", f"bootstrap.servers={bootstrap}", "--set", f"state.dir={WORK / f'state-{index}'}"],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
 
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=100_000, help="generated lines of text")
     parser.add_argument("--orders", type=int, default=50_000, help="generated orders")
     args = parser.parse_args(argv)
+    shutil.rmtree(WORK, ignore_errors=True)  # a fresh broker each run: old local state would not match it
     WORK.mkdir(parents=True, exist_ok=True)
 
     lines = generators.words(args.lines, seed=1, out_of_order=0.05)

@@ -41,7 +41,8 @@ class LineSplitter(Processor[str, str]):
 
 
 class WordCountProcessor(Processor[str, str]):
-    """Counts words into the ``word-counts`` store; a wall-clock punctuator emits changed counts."""
+    """Counts words into the ``word-counts`` store (RocksDB, logged to
+    ``<application.id>-word-counts-changelog``); a wall-clock punctuator emits changed counts."""
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
@@ -76,7 +77,7 @@ def topology() -> Topology:
         .add_source("words", WORDS_TOPIC, key_serde=Serdes.String(), value_serde=Serdes.String())
         .add_processor("count", WordCountProcessor, "words")
         .add_state_store(
-            Stores.key_value_store_builder(Stores.in_memory_key_value_store(STORE), Serdes.String(), Serdes.Long()),
+            Stores.key_value_store_builder(Stores.persistent_key_value_store(STORE), Serdes.String(), Serdes.Long()),
             "count")
         .add_sink("counts", OUTPUT_TOPIC, "count", key_serde=Serdes.String(), value_serde=Serdes.Long())
     )

@@ -138,8 +138,8 @@ class KStream:
         ...); then the records go through ``<application.id>-<name or store>-repartition`` first. Serdes
         default to the stream's.
         """
-        return KGroupedStream(self._builder, self._node, key_serde or self.key_serde, value_serde or self.value_serde,
-                              self._repartition_required, name)
+        return KGroupedStream(self._builder, self._node, key_serde or self.key_serde,
+                              value_serde or self.value_serde, self._repartition_required, name)
 
     def group_by(self, selector: Callable[[Any, Any], Any], key_serde: Serde[Any] | None = None,
                  value_serde: Serde[Any] | None = None, name: str | None = None) -> KGroupedStream:

@@ -58,8 +58,8 @@ class TableMapValues:
         if self.with_key:
             def table_map_values_with_key(key: Any, change: Change, timestamp: int, headers: Any) -> None:
                 new, old = change
-                downstream(key, Change(None if new is None else mapper(key, new),
-                                       None if old is None or not send_old else mapper(key, old)), timestamp, headers)
+                mapped_old = None if old is None or not send_old else mapper(key, old)
+                downstream(key, Change(None if new is None else mapper(key, new), mapped_old), timestamp, headers)
             return table_map_values_with_key
 
         def table_map_values(key: Any, change: Change, timestamp: int, headers: Any) -> None:

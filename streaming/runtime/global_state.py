@@ -95,7 +95,8 @@ class GlobalStateManager:
             store.flush()
         persistent = {d.topic for name, d in self._definitions.items()
                       if name in self.stores and self.stores[name].persistent}
-        entries = [{"topic": t, "partition": p, "offset": o} for (t, p), o in positions.items() if t in persistent]
+        entries = [{"topic": topic, "partition": partition, "offset": offset}
+                   for (topic, partition), offset in positions.items() if topic in persistent]
         if not entries:
             return
         os.makedirs(self.directory, exist_ok=True)

@@ -78,8 +78,9 @@ class GlobalStreamThread(threading.Thread):
             resume = self.state.open()
             consumer = Consumer(self._consumer_config)
             self.positions = {tp: resume.get(tp, 0) for tp in self._partitions}
-            consumer.assign([TopicPartition(t, p, resume.get((t, p), OFFSET_BEGINNING)) for t, p in self._partitions])
-            self._bootstrap(consumer)
+            consumer.assign([TopicPartition(topic, partition, resume.get((topic, partition), OFFSET_BEGINNING))
+                             for topic, partition in self._partitions])
+            self._catch_up(consumer)
             self._bootstrapped.set()
             while not self._stopping.is_set():
                 self._poll(consumer, self._poll_seconds)
@@ -99,7 +100,8 @@ class GlobalStreamThread(threading.Thread):
             self.state.close()
 
     # -- reading -----------------------------------------------------------------------------------------------
-    def _bootstrap(self, consumer: Consumer) -> None:
+    def _catch_up(self, consumer: Consumer) -> None:
+        """Read every partition to its end (bootstrap). Not named _bootstrap: threading.Thread has one."""
         pending = set(self._partitions)
         last_log = time.monotonic()
         while pending and not self._stopping.is_set():
@@ -123,7 +125,8 @@ class GlobalStreamThread(threading.Thread):
                 elif error.fatal():
                     raise KafkaException(error)
                 else:
-                    log.warning("global consumer error on %s[%s]: %s", message.topic(), message.partition(), error)
+                    log.warning("global consumer error on %s[%s]: %s", message.topic(), message.partition(),
+                                error)
                 continue
             topic = message.topic()
             if topic != batch_topic and batch:

@@ -91,16 +91,14 @@ class InteractiveQueryServer:
 
     def __init__(self, queries: InteractiveQueries, address: str) -> None:
         host, _, port = address.rpartition(":")
+        if not 0 < int(port) < 65536:
+            raise StreamsError(f"interactive queries: application.server {address!r} needs a port in 1-65535 (it "
+                               f"is announced to the other instances as is)")
         self.queries = queries
         self.address = address
         self._bind = (host, int(port))
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        """The bound port (the configured one)."""
-        return self._server.server_address[1] if self._server is not None else self._bind[1]  # type: ignore[return-value]
 
     def start(self) -> None:
         try:

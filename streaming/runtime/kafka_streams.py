@@ -263,11 +263,15 @@ class KafkaStreams:
         definitions = self.topology.global_stores
         if not definitions:
             return self.topology
+        if not self.topology.subtopologies():
+            raise StreamsError("the topology has only global tables, so nothing to process: Kafka Streams would run "
+                               "it with zero stream threads, Brook needs at least one stream (builder.stream(...))")
         missing = sorted({d.topic for d in definitions.values() if d.topic not in partition_counts})
         if missing:
             raise MissingSourceTopicError(f"global table topics {missing} do not exist on "
                                           f"{self.config['bootstrap.servers']}; create them first")
-        thread = GlobalStreamThread(self.topology, self.config, partition_counts, self._on_global_stream_thread_failure)
+        thread = GlobalStreamThread(self.topology, self.config, partition_counts,
+                                    self._on_global_stream_thread_failure)
         thread.start_and_bootstrap()
         self._global_thread = thread
         return self.topology.with_global_state_stores(thread.state.views)

@@ -175,6 +175,12 @@ class AssignmentPublisher:
                             self.host, self.topic, timeout)
         except Exception:
             log.warning("interactive queries: writing the tombstone of %s failed", self.host, exc_info=True)
+        try:
+            if len(self._producer) > 0:  # unacknowledged (broker unreachable): drop it, close() would wait
+                self._producer.purge()
+            self._producer.close()  # release the connections now, not when garbage-collected
+        except Exception:
+            log.debug("closing the metadata producer failed", exc_info=True)
 
 
 class AssignmentReader:
@@ -186,7 +192,7 @@ class AssignmentReader:
     """
 
     def __init__(self, consumer_config: dict[str, str], topic: str, refresh: float = METADATA_REFRESH_SECONDS,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 5.0) -> None:
         config = {k: v for k, v in consumer_config.items()
                   if k not in ("group.id", "group.instance.id", "partition.assignment.strategy",
                                "session.timeout.ms", "heartbeat.interval.ms", "enable.auto.offset.store")}

@@ -322,7 +322,8 @@ class StreamTask:
 
     def _processing_error(self, message: Any, exc: Exception) -> ProcessingError:
         where = (message.topic(), message.partition(), message.offset()) if message is not None else (None,) * 3
-        return ProcessingError(f"task {self.id}: processing failed: {exc!r}", *where)
+        detail = str(exc) if isinstance(exc, StreamsError) else repr(exc)  # Brook's own messages read as they are
+        return ProcessingError(f"task {self.id}: processing failed: {detail}", *where)
 
     # -- punctuation -----------------------------------------------------------------------------------------
     def schedule(self, interval: int, punctuation_type: PunctuationType, callback: Callable[[int], None],

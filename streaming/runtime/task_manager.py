@@ -149,20 +149,19 @@ class TaskManager:
         self._close_clean(list(self.tasks.values()), commit)
 
     def _close_clean(self, tasks: list[StreamTask], commit: Callable[[list[StreamTask]], None]) -> None:
-        """As Kafka Streams: suspend (close processors, which may still forward), commit, write the
-        checkpoints of what local state covers, close stores."""
+        """As Kafka Streams: suspend (close processors, which may still forward), commit, close the
+        stores (RocksDB flushes its memtables), then checkpoint what the local state files cover."""
         for task in tasks:
             task.suspend()
         if tasks:
             commit(tasks)
         running = [task for task in tasks if task.initialized]
         logged = [tp for task in running for tp, store in task.state.changelogs.items() if store.persistent]
-        if logged:
-            ends = self._reader.end_offsets(logged)
-            for task in running:
-                task.state.write_checkpoint(ends)
+        ends = self._reader.end_offsets(logged) if logged else {}
         for task in tasks:
             self._close(task, clean=True)
+        for task in running:
+            task.state.write_checkpoint(ends)
 
     def lose(self, partitions: list[TopicPartition]) -> None:
         """Partitions are gone without a chance to commit (another member may own them): close dirty."""

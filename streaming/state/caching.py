@@ -50,24 +50,29 @@ class StoreCache:
     def _evict_oldest(self) -> None:
         target = self._budget.max_bytes * 0.9
         evicted = []
-        for key in list(self.entries):
-            if self._budget.used <= target:
+        freed = 0
+        for key, entry in self.entries.items():
+            if self._budget.used - freed <= target:
                 break
-            evicted.append((key, self._remove(key)))
+            evicted.append((key, entry))
+            freed += len(key) + ENTRY_OVERHEAD + (len(entry[0]) if entry[0] is not None else 0)
         if evicted:
-            self._evict(evicted)
+            self._evict(evicted)  # written through first, so a concurrent reader never sees a gap
+            self._remove(evicted)
 
-    def _remove(self, key: bytes) -> Entry:
-        entry = self.entries.pop(key)
-        self._budget.used -= len(key) + ENTRY_OVERHEAD + (len(entry[0]) if entry[0] is not None else 0)
-        return entry
+    def _remove(self, written: list[tuple[bytes, Entry]]) -> None:
+        """Drop entries that were written through, unless they were overwritten meanwhile."""
+        for key, entry in written:
+            if self.entries.get(key) is entry:
+                del self.entries[key]
+                self._budget.used -= len(key) + ENTRY_OVERHEAD + (len(entry[0]) if entry[0] is not None else 0)
 
-    def drain(self) -> list[tuple[bytes, Entry]]:
-        """Remove and return every entry, oldest write first."""
-        drained = list(self.entries.items())
-        for key, _ in drained:
-            self._remove(key)
-        return drained
+    def flush(self, write: Callable[[list[tuple[bytes, Entry]]], None]) -> None:
+        """Hand every entry, oldest write first, to ``write``; then drop them from the cache."""
+        entries = list(self.entries.items())
+        if entries:
+            write(entries)
+            self._remove(entries)
 
     def __len__(self) -> int:
         return len(self.entries)

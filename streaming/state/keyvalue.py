@@ -204,8 +204,8 @@ class TypedKeyValueStore(KeyValueStore[Any, Any]):
     # -- cache flushing, restore, life cycle ---------------------------------------------------------------------
     def flush_cache(self) -> None:
         """Write the cache's entries through (bytes store, changelog, flush listener)."""
-        if self._cache is not None and self._cache.entries:
-            self._write_through(self._cache.drain())
+        if self._cache is not None:
+            self._cache.flush(self._write_through)
 
     def _write_through(self, entries: list[tuple[bytes, Entry]]) -> None:
         listener = self._listener

@@ -105,11 +105,12 @@ class RocksDBBytesStore:
         return self._open_db().property_int_value("rocksdb.estimate-num-keys") or 0
 
     def flush(self) -> None:
-        if self._db is not None:
-            self._db.flush()
+        """Nothing at commit: writes are in RocksDB's write-ahead log, the changelog holds them durably,
+        and local files are trusted only after a clean close (which flushes the memtables)."""
 
     def close(self) -> None:
         if self._db is not None:
+            self._db.flush()
             self._db.close()
             self._db = None
 

@@ -186,7 +186,9 @@ class TopologyTestDriver:
         return store
 
     def get_all_state_stores(self) -> dict[str, StateStore]:
-        return {**self._global.views, **{name: store for task in self._tasks for name, store in task.stores.items()}}
+        stores: dict[str, StateStore] = dict(self._global.views)
+        stores.update({name: store for task in self._tasks for name, store in task.stores.items()})
+        return stores
 
     def metrics(self) -> dict[str, Any]:
         """Counters: ``dropped_records``, the records DSL operations skipped on purpose (a None key or

@@ -298,7 +298,8 @@ class Topology:
         subtopologies = self.subtopologies()
         return TopologyDescription(
             tuple(SubtopologyDescription(s.id, s.nodes) for s in subtopologies),
-            tuple(GlobalStoreDescription(len(subtopologies) + i, g) for i, g in enumerate(self._global_stores.values())))
+            tuple(GlobalStoreDescription(len(subtopologies) + index, store)
+                  for index, store in enumerate(self._global_stores.values())))
 
     def __repr__(self) -> str:
         return str(self.describe())

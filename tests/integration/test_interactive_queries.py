@@ -220,3 +220,37 @@ def test_two_instances_metadata_names_the_owner_and_http_redirects(bootstrap: st
     finally:
         assert a.close(30) and b.close(30)
     assert a.exception is None and b.exception is None
+
+
+def test_standby_hosts_come_from_the_announcements(bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    topic = f"{unique_name}-in"
+    create_topics(bootstrap, {topic: PARTITIONS})
+    generated, oracle = records(100)
+    produce(bootstrap, topic, generated, Serdes.String(), Serdes.String())
+    ports = free_port(), free_port()
+    while ports[0] == ports[1]:
+        ports = ports[0], free_port()
+    hosts = [f"127.0.0.1:{port}" for port in ports]
+    apps = [KafkaStreams(counting_topology(topic), {**config(bootstrap, unique_name, tmp_path / str(i), port),
+                                                    "num.standby.replicas": 1})
+            for i, port in enumerate(ports)]
+    for app in apps:
+        app.start()
+    try:
+        def standbys_announced() -> bool:
+            if any(app.state is not State.RUNNING for app in apps):
+                return False
+            for key in oracle:
+                metadata = apps[0].metadata_for_key(STORE, key)
+                if metadata.active_host is None or metadata.standby_hosts != [h for h in hosts
+                                                                              if h != metadata.active_host]:
+                    return False
+            return True
+
+        wait_for(standbys_announced, 60, "each key to have one active and one standby host")
+        for host in hosts:
+            status, health = http_get(host, "/health")
+            assert status == 200 and health["active_tasks"] and health["standby_tasks"]
+            assert not set(health["active_tasks"]) & set(health["standby_tasks"])
+    finally:
+        assert all(app.close(30) for app in apps)

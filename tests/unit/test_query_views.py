@@ -378,3 +378,8 @@ def test_http_port_in_use_is_a_clear_error() -> None:
         address = f"127.0.0.1:{sock.getsockname()[1]}"
         with pytest.raises(StreamsError, match="cannot serve HTTP on application.server"):
             InteractiveQueryServer(Harness().iq, address).start()
+
+
+def test_http_needs_a_real_port() -> None:
+    with pytest.raises(StreamsError, match="needs a port in 1-65535"):
+        InteractiveQueryServer(Harness().iq, "127.0.0.1:0")
