@@ -21,10 +21,12 @@ from streaming.dsl import (
 from streaming.errors import (
     ConfigError,
     DeserializationError,
+    InvalidStateStoreError,
     ProcessingError,
     ProductionError,
     StreamsError,
     TopologyError,
+    UnknownStateStoreError,
 )
 from streaming.serdes import Serde, Serdes
 from streaming.state import KeyValueStore, Stores
@@ -33,9 +35,10 @@ from streaming.topology import Topology
 
 __all__ = [
     "BranchedKStream", "ConfigError", "DeserializationError", "FieldTimestampExtractor", "GlobalKTable",
-    "KGroupedStream", "KGroupedTable", "KStream", "KTable", "KafkaStreams", "KeyValueStore", "Materialized",
-    "ProcessingError", "ProductionError", "RecordTimestampExtractor", "Serde", "Serdes", "Stores", "StreamsBuilder",
-    "StreamsConfig", "StreamsError", "Topology", "TopologyError", "WallclockTimestampExtractor",
+    "InvalidStateStoreError", "KGroupedStream", "KGroupedTable", "KStream", "KTable", "KafkaStreams",
+    "KeyQueryMetadata", "KeyValueStore", "Materialized", "ProcessingError", "ProductionError", "RecordTimestampExtractor", "Serde", "Serdes", "Stores", "StreamsBuilder",
+    "StreamsConfig", "StreamsError", "Topology", "TopologyError", "UnknownStateStoreError",
+    "WallclockTimestampExtractor",
 ]
 
 
@@ -44,4 +47,7 @@ def __getattr__(name: str) -> object:
     if name == "KafkaStreams":
         from streaming.runtime.kafka_streams import KafkaStreams
         return KafkaStreams
+    if name == "KeyQueryMetadata":
+        from streaming.runtime.interactive_queries import KeyQueryMetadata
+        return KeyQueryMetadata
     raise AttributeError(f"module 'streaming' has no attribute {name!r}")
