@@ -36,7 +36,8 @@ from streaming.topology import Topology
 __all__ = [
     "BranchedKStream", "ConfigError", "DeserializationError", "FieldTimestampExtractor", "GlobalKTable",
     "InvalidStateStoreError", "KGroupedStream", "KGroupedTable", "KStream", "KTable", "KafkaStreams",
-    "KeyQueryMetadata", "KeyValueStore", "Materialized", "ProcessingError", "ProductionError", "RecordTimestampExtractor", "Serde", "Serdes", "Stores", "StreamsBuilder",
+    "KeyQueryMetadata", "KeyValueStore", "Materialized", "ProcessingError", "ProductionError",
+    "RecordTimestampExtractor", "Serde", "Serdes", "Stores", "StreamsBuilder",
     "StreamsConfig", "StreamsError", "Topology", "TopologyError", "UnknownStateStoreError",
     "WallclockTimestampExtractor",
 ]

@@ -2,11 +2,11 @@
 
 Two sub-topologies joined by the ``wordcount-words`` topic: the first splits lines into words and
 writes them keyed by word (so every occurrence of a word lands in the same partition, hence the same
-task), the second counts them. The counting processor counts words into a key-value store and remembers which words changed; every
-``EMIT_INTERVAL_MS`` of wall-clock time the punctuator forwards the current count of each changed
-word (so a word seen 1,000 times in a second is emitted once, with its latest count) and asks for a
-commit. Output keys are words (String), values counts (Long), so the output topic is readable by any
-Kafka client as Kafka Streams' own word count writes it.
+task), the second counts them. The counting processor counts words into a key-value store and
+remembers which words changed; every ``EMIT_INTERVAL_MS`` of wall-clock time the punctuator forwards
+the current count of each changed word (so a word seen 1,000 times in a second is emitted once, with
+its latest count) and asks for a commit. Output keys are words (String), values counts (Long), so
+the output topic is readable by any Kafka client as Kafka Streams' own word count writes it.
 """
 
 from __future__ import annotations

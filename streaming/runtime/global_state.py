@@ -9,20 +9,19 @@ global stores are wiped and rebuilt from the start of their topics.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
 from typing import Any
 
 from streaming.config import StreamsConfig
+from streaming.runtime.state_manager import take_checkpoint, write_checkpoint_file
 from streaming.state.keyvalue import StoreContext
 from streaming.state.readonly import ReadOnlyKeyValueStore
 from streaming.topology.topology import Topology
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = ".checkpoint"
 TopicPartition = tuple[str, int]
 
 
@@ -77,33 +76,16 @@ class GlobalStateManager:
             self._store_of_topic[topic].restore_batch(entries)
 
     def _take_checkpoint(self) -> dict[TopicPartition, int]:
-        path = os.path.join(self.directory, CHECKPOINT_FILE)
-        if not os.path.exists(path):
-            return {}
-        try:
-            with open(path) as file:
-                checkpoint = {(e["topic"], e["partition"]): e["offset"] for e in json.load(file)}
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("unreadable global checkpoint %s (%s); rebuilding global stores", path, exc)
-            checkpoint = {}
-        os.remove(path)
-        return checkpoint
+        return take_checkpoint(self.directory, "global stores")
 
     def write_checkpoint(self, positions: dict[TopicPartition, int]) -> None:
-        """Flush the stores and record that persistent ones cover their topics up to ``positions``."""
-        for store in self.stores.values():
-            store.flush()
+        """Record that the persistent stores cover their topics up to ``positions`` (call after close,
+        which flushes RocksDB's memtables)."""
         persistent = {d.topic for name, d in self._definitions.items()
                       if name in self.stores and self.stores[name].persistent}
-        entries = [{"topic": topic, "partition": partition, "offset": offset}
-                   for (topic, partition), offset in positions.items() if topic in persistent]
-        if not entries:
-            return
-        os.makedirs(self.directory, exist_ok=True)
-        path = os.path.join(self.directory, CHECKPOINT_FILE)
-        with open(path + ".tmp", "w") as file:
-            json.dump(entries, file)
-        os.replace(path + ".tmp", path)
+        write_checkpoint_file(self.directory, [{"topic": topic, "partition": partition, "offset": offset}
+                                               for (topic, partition), offset in positions.items()
+                                               if topic in persistent])
 
     def close(self) -> None:
         for name, store in self.stores.items():

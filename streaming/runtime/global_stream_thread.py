@@ -74,6 +74,7 @@ class GlobalStreamThread(threading.Thread):
 
     def run(self) -> None:
         consumer = None
+        clean = False
         try:
             resume = self.state.open()
             consumer = Consumer(self._consumer_config)
@@ -84,7 +85,7 @@ class GlobalStreamThread(threading.Thread):
             self._bootstrapped.set()
             while not self._stopping.is_set():
                 self._poll(consumer, self._poll_seconds)
-            self.state.write_checkpoint(self.positions)
+            clean = True
         except BaseException as exc:  # report every failure, including a KeyboardInterrupt in the thread
             self.exception = exc
             if self._bootstrapped.is_set():
@@ -98,6 +99,8 @@ class GlobalStreamThread(threading.Thread):
                 except Exception:
                     log.warning("closing the global consumer failed", exc_info=True)
             self.state.close()
+            if clean:
+                self.state.write_checkpoint(self.positions)
 
     # -- reading -----------------------------------------------------------------------------------------------
     def _catch_up(self, consumer: Consumer) -> None:

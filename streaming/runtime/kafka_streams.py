@@ -134,7 +134,11 @@ class KafkaStreams:
         counts.update(create_internal_topics(self.topology, self.config.application_id,
                                              self.config.admin_config(), counts))
         topology = self._start_global_stream_thread(counts)  # global tables are complete before processing
-        self._start_interactive_queries(counts)
+        try:
+            self._start_interactive_queries(counts)
+        except BaseException:
+            self._stop_global_stream_thread(time.monotonic() + 30)
+            raise
         count = self.config["num.stream.threads"]
         self._threads = [StreamThread(f"{self.config.application_id}-StreamThread-{i + 1}", topology,
                                       self.config, self._on_thread_state, self._restore_listener, counts)
@@ -181,9 +185,12 @@ class KafkaStreams:
         shutil.rmtree(Path(self.config["state.dir"]) / self.config.application_id, ignore_errors=True)
 
     def metrics(self) -> dict[str, Any]:
-        """Counters of the stream threads: records processed, commits, rebalances, tasks."""
+        """Counters of the stream threads: records processed, commits, rebalances, tasks, and records
+        the DSL skipped on purpose (null keys or values) in the tasks currently running."""
         return {
             "records_processed": sum(t.processed for t in self._threads),
+            "dropped_records": sum(task.dropped_records for t in self._threads
+                                   for task in list(t.tasks.tasks.values())),
             "commits": sum(t.commits for t in self._threads),
             "rebalances": sum(t.rebalances for t in self._threads),
             "last_commit_latency_ms": max((t.last_commit_ms for t in self._threads), default=0.0),

@@ -42,18 +42,7 @@ class ProcessorStateManager:
         return changelog_topic(self.application_id, store), self.partition
 
     def _take_checkpoint(self) -> dict[TopicPartition, int]:
-        path = os.path.join(self.task_dir, CHECKPOINT_FILE)
-        if not os.path.exists(path):
-            return {}
-        try:
-            with open(path) as file:
-                raw = json.load(file)
-            checkpoint = {(entry["topic"], entry["partition"]): entry["offset"] for entry in raw}
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("task %s: unreadable checkpoint %s (%s); restoring from scratch", self.task_id, path, exc)
-            checkpoint = {}
-        os.remove(path)
-        return checkpoint
+        return take_checkpoint(self.task_dir, f"task {self.task_id}")
 
     def prepare_store_dir(self, store: str, persistent: bool, logged: bool) -> None:
         """Wipe a persistent logged store's files unless the checkpoint vouches for them."""
@@ -80,10 +69,30 @@ class ProcessorStateManager:
         """Record that local state covers each persistent logged store's changelog up to its end offset."""
         entries = [{"topic": tp[0], "partition": tp[1], "offset": end_offsets[tp]}
                    for tp, store in self.changelogs.items() if store.persistent and tp in end_offsets]
-        if not entries:
-            return
-        os.makedirs(self.task_dir, exist_ok=True)
-        path = os.path.join(self.task_dir, CHECKPOINT_FILE)
-        with open(path + ".tmp", "w") as file:
-            json.dump(entries, file)
-        os.replace(path + ".tmp", path)
+        write_checkpoint_file(self.task_dir, entries)
+
+
+def take_checkpoint(directory: str, owner: str) -> dict[TopicPartition, int]:
+    """Read and delete ``directory/.checkpoint``: changelog partition -> offset local state covers."""
+    path = os.path.join(directory, CHECKPOINT_FILE)
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as file:
+            checkpoint = {(entry["topic"], entry["partition"]): entry["offset"] for entry in json.load(file)}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("%s: unreadable checkpoint %s (%s); restoring from scratch", owner, path, exc)
+        checkpoint = {}
+    os.remove(path)
+    return checkpoint
+
+
+def write_checkpoint_file(directory: str, entries: list[dict[str, Any]]) -> None:
+    """Atomically replace ``directory/.checkpoint`` with ``entries`` (topic, partition, offset)."""
+    if not entries:
+        return
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, CHECKPOINT_FILE)
+    with open(path + ".tmp", "w") as file:
+        json.dump(entries, file)
+    os.replace(path + ".tmp", path)

@@ -47,7 +47,7 @@ class TaskManager:
         builders = self._topology.store_builders
         candidates = {}
         for sub in self._topology.subtopologies():
-            stateful = [s for s in sub.stores if builders[s].logging_enabled and builders[s].build().persistent]
+            stateful = [s for s in sub.stores if builders[s].logging_enabled and builders[s].persistent]
             sizes = [counts[t] for t in sub.source_topics if t in counts]
             if stateful and sizes:
                 for partition in range(max(sizes)):
@@ -113,8 +113,8 @@ class TaskManager:
         if standby is None:
             return
         positions = self._reader.unregister(task_id)
+        standby.close()  # flushes RocksDB's memtables before the checkpoint vouches for the files
         standby.state.write_checkpoint(positions)
-        standby.close()
         log.info("closed standby task %s at changelog offsets %s", task_id, positions)
 
     def close_standbys(self) -> None:

@@ -53,6 +53,11 @@ class StoreBuilder:
         self.caching_enabled = False
         return self
 
+    @property
+    def persistent(self) -> bool:
+        """Whether the stores it builds keep their data on disk."""
+        raise NotImplementedError
+
     def build(self) -> Any:
         raise NotImplementedError
 
@@ -64,6 +69,10 @@ class KeyValueStoreBuilder(StoreBuilder):
         self.supplier = supplier
         self.key_serde = key_serde
         self.value_serde = value_serde
+
+    @property
+    def persistent(self) -> bool:
+        return self.supplier.persistent
 
     def build(self) -> TypedKeyValueStore:
         return TypedKeyValueStore(self.name, self.supplier.get(), self.key_serde, self.value_serde,

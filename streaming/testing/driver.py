@@ -16,8 +16,8 @@ from streaming.runtime.context import to_millis
 from streaming.runtime.global_state import GlobalStateManager
 from streaming.runtime.task import StreamTask
 from streaming.serdes import Serde
-from streaming.state.caching import CacheBudget
 from streaming.state.api import KeyValueStore, StateStore
+from streaming.state.caching import CacheBudget
 from streaming.testing.topics import TestInputTopic, TestOutputTopic, TestRecord
 from streaming.topology.topology import Topology
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,3 +134,12 @@ def group_lag(bootstrap_servers: str, group: str, topic: str, partitions: int, t
     finally:
         consumer.close()
     return lag
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
+    """Poll ``condition`` until it holds; after ``timeout`` s raise an AssertionError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)

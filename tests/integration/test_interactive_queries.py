@@ -6,10 +6,8 @@ from __future__ import annotations
 import collections
 import json
 import socket
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -23,7 +21,7 @@ from streaming.processor import Processor, ProcessorContext, Record
 from streaming.runtime.kafka_streams import State
 from streaming.runtime.partitioning import partition_for_key
 from streaming.testing.generators import GeneratedRecord
-from streaming.testing.kafka import produce
+from streaming.testing.kafka import produce, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -51,14 +49,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def http_get(host: str, path: str) -> tuple[int, dict[str, Any]]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import collections
-import time
-from collections.abc import Callable
 
 import pytest
 
@@ -13,19 +11,11 @@ from streaming.admin import create_topics
 from streaming.errors import ConfigError, CoPartitioningError, DeserializationError, MissingSourceTopicError
 from streaming.runtime.kafka_streams import State
 from streaming.testing.generators import GeneratedRecord
-from streaming.testing.kafka import committed_offsets, produce, read_topic
+from streaming.testing.kafka import committed_offsets, produce, read_topic, wait_for
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def streams_config(bootstrap: str, app_id: str, **extra: object) -> dict[str, object]:

@@ -10,11 +10,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ import pytest
 from streaming.admin import create_topics
 from streaming.serdes import Serdes
 from streaming.testing.generators import GeneratedRecord
-from streaming.testing.kafka import committed_offsets, produce
+from streaming.testing.kafka import committed_offsets, produce, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,14 +31,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.3)
 
 
 def get(server: str, path: str) -> tuple[int, dict]:

@@ -7,8 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +16,12 @@ from streaming import KafkaStreams, Serdes
 from streaming.admin import create_topics
 from streaming.runtime.kafka_streams import State
 from streaming.testing.generators import GeneratedRecord
-from streaming.testing.kafka import committed_offsets, produce, read_topic
+from streaming.testing.kafka import committed_offsets, produce, read_topic, wait_for
 from tests.integration.workloads import counting
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def keyed_records(count: int, keys: int) -> list[GeneratedRecord]:

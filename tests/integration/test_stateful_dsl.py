@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +15,10 @@ from streaming.admin import create_topics, partition_counts
 from streaming.processor import Processor, Record
 from streaming.runtime.kafka_streams import State
 from streaming.testing.generators import GeneratedRecord
-from streaming.testing.kafka import produce, read_topic
+from streaming.testing.kafka import produce, read_topic, wait_for
 
 pytestmark = pytest.mark.integration
 String, Json, Long = Serdes.String(), Serdes.Json(), Serdes.Long()
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.3)
 
 
 def config(bootstrap: str, app_id: str, state_dir: Path) -> dict[str, Any]:

@@ -169,7 +169,8 @@ class RegionOracle:
 
 def build_region_tables(caching: bool, store_type: str) -> StreamsBuilder:
     builder = StreamsBuilder()
-    users = builder.table("users", key_serde=String, value_serde=Json, materialized=options("users", caching, store_type))
+    users = builder.table("users", key_serde=String, value_serde=Json,
+                          materialized=options("users", caching, store_type))
     by_region = users.group_by(lambda user, v: (v["region"], v), key_serde=String, value_serde=Json, name="by-region")
     by_region.count(options("users-per-region", caching, store_type)).to_stream().to("count-out")
     (users.group_by(lambda user, v: (v["region"], v["age"]), value_serde=Long)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from streaming import ProcessingError, Serdes, StreamsBuilder, Stores, Topology, TopologyError
+from streaming import ProcessingError, Serdes, Stores, StreamsBuilder, Topology, TopologyError
 from streaming.processor import Processor, ProcessorContext, Record
 from streaming.testing import TopologyTestDriver
 

@@ -27,9 +27,20 @@ CONFIG = {"application.id": "driver-test"}
                    reason="DESIGN.md's example imports the window classes (TimeWindows, ...), which are not "
                           "built yet (its stateful part runs in test_dsl_stateful.py)")
 def test_design_example_verbatim() -> None:
-    from streaming import StreamsBuilder, Topology, KafkaStreams, Serdes, Stores  # noqa: F401
-    from streaming import TimeWindows, SlidingWindows, SessionWindows, JoinWindows, Suppressed, Windowed  # noqa: F401
-    from streaming.processor import Processor, ProcessorContext, Record, PunctuationType  # noqa: F401
+    from streaming import (  # noqa: F401  # noqa: F401
+        JoinWindows,
+        KafkaStreams,
+        Serdes,
+        SessionWindows,
+        SlidingWindows,
+        Stores,
+        StreamsBuilder,
+        Suppressed,
+        TimeWindows,
+        Topology,
+        Windowed,
+    )
+    from streaming.processor import Processor, ProcessorContext, PunctuationType, Record  # noqa: F401
     from streaming.testing import TopologyTestDriver
 
     builder = StreamsBuilder()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streaming import Serdes, StreamsBuilder, Stores, Topology, TopologyError
+from streaming import Serdes, Stores, StreamsBuilder, Topology, TopologyError
 from streaming.processor import Processor, Record
 
 
