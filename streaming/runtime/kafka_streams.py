@@ -122,8 +122,9 @@ class KafkaStreams:
 
     @property
     def exception(self) -> BaseException | None:
-        """The error that stopped a stream thread, if one did."""
-        return next((t.exception for t in self._threads if t.exception is not None), None)
+        """The error that stopped a stream thread (or the global stream thread), if one did."""
+        threads: list[Any] = [*self._threads, *([self._global_thread] if self._global_thread else [])]
+        return next((t.exception for t in threads if t.exception is not None), None)
 
     # -- life cycle -----------------------------------------------------------------------------------------
     def start(self) -> None:
