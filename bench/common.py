@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import platform
+import queue
 import resource
 import sys
 import tempfile
@@ -533,16 +534,31 @@ def fmt_table(headers: list[str], rows: list[list[Any]], align: str | None = Non
     return "\n".join([line(cells[0]), sep] + [line(r) for r in cells[1:]])
 
 
-def write_results(name: str, results: dict[str, Any]) -> Path:
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{name}.json"
+def fmt_float(x: Any, digits: int = 2) -> str:
+    """``x`` with ``digits`` decimals, or "-" for None (a table cell or a figure in a report line)."""
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def write_results(name: str, results: dict[str, Any], path: Path | None = None) -> Path:
+    """Write ``results`` as JSON to ``path`` (default ``bench/results/<name>.json``); return the path."""
+    if path is None:
+        path = RESULTS_DIR / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2, sort_keys=False, default=str) + "\n")
     return path
 
 
+def rel_path(path: Path) -> str:
+    """``path`` relative to the working directory when it can be (for printing), else as it is."""
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
 
 # --------------------------------------------------------------------------------------------------
-# Added for the stateful benchmark (bench/stateful.py); nothing above depends on these.
+# Added for the stateful benchmark (bench/stateful.py; stateless.py uses brook_client_settings and
+# CommittedOffsetsReader too); nothing above depends on these.
 # --------------------------------------------------------------------------------------------------
 
 
@@ -620,3 +636,132 @@ class CommittedOffsetsReader:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._c.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Running a side in a spawned process and watching it from the parent (both benchmarks)
+# --------------------------------------------------------------------------------------------------
+
+
+class SideFailed(Exception):
+    """A side or phase failed: its process reported an error or died, or it ran out of time."""
+
+
+class SideUnavailable(Exception):
+    """A side cannot run here, e.g. the Brook runtime is not importable or lacks an API it needs."""
+
+
+def phase_failure(label: str, exc: BaseException) -> dict[str, Any]:
+    """Print that the side or phase ``label`` was skipped (:class:`SideUnavailable`) or failed (anything
+    else: :class:`SideFailed`, a timeout) and return its status record for the results."""
+    status = "unavailable" if isinstance(exc, SideUnavailable) else "failed"
+    print(f"  {label}: {'SKIPPED' if status == 'unavailable' else 'FAILED'} -- {exc}", flush=True)
+    return {"status": status, "message": str(exc)}
+
+
+def pump(q: Any, events: dict[str, Any], block: float = 0.0) -> None:
+    """Move every ``(kind, payload)`` message waiting in a child's queue ``q`` into ``events``,
+    keeping the first payload of each kind. With ``block`` > 0, wait up to that long for the first
+    message; the rest are taken only if already there."""
+    while True:
+        try:
+            kind, payload = q.get(timeout=block) if block else q.get_nowait()
+        except queue.Empty:
+            return
+        events.setdefault(kind, payload)
+        block = 0.0
+
+
+class CpuMeter:
+    """CPU time used from now on by this (the watching) process and by the broker process."""
+
+    def __init__(self, broker: BrokerHandle) -> None:
+        self._broker = broker
+        self._cpu0 = cpu_seconds()
+        self._broker0 = broker.cpu_seconds()
+
+    def record(self, result: dict[str, Any]) -> None:
+        """Set ``watcher_cpu_s`` and, when the broker's CPU time is known, ``broker_cpu_s`` in ``result``."""
+        result["watcher_cpu_s"] = round(cpu_seconds() - self._cpu0, 2)
+        broker1 = self._broker.cpu_seconds()
+        if self._broker0 is not None and broker1 is not None:
+            result["broker_cpu_s"] = round(broker1 - self._broker0, 2)
+
+
+def output_timing(
+    records: int, t0: float, t_done: float, t_first: float | None, *, from_first: bool = True
+) -> dict[str, Any]:
+    """A side's figures from the parent's clock: ``seconds`` (t0 to t_done) and ``records_per_s``
+    over ``records`` input records, when the first output appeared, and with ``from_first`` the
+    seconds and records/s from the first output record to t_done."""
+    seconds = t_done - t0
+    out: dict[str, Any] = {
+        "seconds": round(seconds, 3),
+        "records_per_s": round(records / seconds, 1),
+        "first_output_after_s": round(t_first - t0, 3) if t_first is not None else None,
+    }
+    if from_first:
+        span = t_done - t_first if t_first is not None else None
+        out["seconds_from_first_output"] = round(span, 3) if span else None
+        out["records_per_s_from_first_output"] = round(records / span, 1) if span else None
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# A Brook KafkaStreams app inside a side's process (both benchmarks)
+# --------------------------------------------------------------------------------------------------
+
+
+def import_brook(q: Any) -> bool:
+    """Import the Brook runtime; if it cannot be imported, report ``("unavailable", why)`` on the
+    child's queue ``q`` and return False."""
+    try:
+        import streaming  # noqa: F401
+        from streaming import KafkaStreams, Serdes, StreamsBuilder  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        q.put(("unavailable", f"cannot import the Brook runtime (streaming.KafkaStreams etc.): {exc!r}"))
+        return False
+    return True
+
+
+def record_states(app: Any) -> list[tuple[float, str, str]]:
+    """Register a state listener on ``app`` (if it takes one) that appends ``(time.monotonic(), new,
+    old)`` to the returned list."""
+    states: list[tuple[float, str, str]] = []
+    try:
+        app.set_state_listener(lambda new, old: states.append((time.monotonic(), str(new), str(old))))
+    except Exception:  # noqa: BLE001 - optional
+        pass
+    return states
+
+
+def first_running(states: list[Any]) -> float | None:
+    """The time of the first change to RUNNING in ``states`` (``(t, new, old)`` entries), or None."""
+    running = [t for t, new, _ in states if new.upper().endswith("RUNNING") and "NOT" not in new.upper()]
+    return running[0] if running else None
+
+
+def app_error(app: Any, state: str) -> str:
+    """The message for ``app`` having gone to the error state ``state``, with its exception if it has one."""
+    exc = getattr(app, "exception", None)
+    return f"Brook app went to state {state}" + (f": {exc!r}" if exc is not None else "")
+
+
+def close_app(app: Any) -> float:
+    """Close ``app`` (waiting up to 60 s where ``close`` takes a timeout); return the seconds it took."""
+    tc = time.monotonic()
+    try:
+        app.close(timeout=60)
+    except TypeError:
+        app.close()
+    return time.monotonic() - tc
+
+
+def app_metrics(app: Any) -> Any:
+    """``app.metrics()`` made plain JSON data (picklable for the queue), None if the app has no
+    metrics, or ``"unavailable: ..."`` if they cannot be read."""
+    try:
+        metrics = app.metrics() if hasattr(app, "metrics") else None
+        return json.loads(json.dumps(metrics, default=str))
+    except Exception as exc:  # noqa: BLE001 - optional
+        return f"unavailable: {exc!r}"

@@ -38,11 +38,9 @@ Targets: Brook >= 40% of the ceiling's records/s; Brook restore >= 200,000 chang
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import multiprocessing as mp
 import os
-import queue
 import shutil
 import sys
 import tempfile
@@ -556,30 +554,11 @@ class _Unavailable(Exception):
     pass
 
 
-def _import_brook(q: "mp.Queue") -> bool:
-    try:
-        import streaming  # noqa: F401
-        from streaming import KafkaStreams, Serdes, StreamsBuilder  # noqa: F401
-    except Exception as exc:  # noqa: BLE001
-        q.put(("unavailable", f"cannot import the Brook runtime (streaming.KafkaStreams etc.): {exc!r}"))
-        return False
-    return True
-
-
 def _state_of(app: Any) -> str:
     try:
         return str(app.state)
     except Exception:  # noqa: BLE001
         return ""
-
-
-def _close(app: Any) -> float:
-    tc = time.monotonic()
-    try:
-        app.close(timeout=60)
-    except TypeError:
-        app.close()
-    return time.monotonic() - tc
 
 
 def brook_main(cfg: dict[str, Any], q: "mp.Queue", stop: "mp.Event") -> None:
@@ -589,7 +568,7 @@ def brook_main(cfg: dict[str, Any], q: "mp.Queue", stop: "mp.Event") -> None:
     record has been aggregated (~0.1 us per record), so processing speed can be told apart from the
     wait for the next commit (Brook commits, and with caching emits, only every commit.interval.ms).
     """
-    if not _import_brook(q):
+    if not C.import_brook(q):
         return
     try:
         total = cfg["records"]
@@ -610,11 +589,7 @@ def brook_main(cfg: dict[str, Any], q: "mp.Queue", stop: "mp.Event") -> None:
         except _Unavailable as exc:
             q.put(("unavailable", str(exc)))
             return
-        states: list[tuple[float, str, str]] = []
-        try:
-            app.set_state_listener(lambda new, old: states.append((time.monotonic(), str(new), str(old))))
-        except Exception:  # noqa: BLE001 - optional
-            pass
+        states = C.record_states(app)
         q.put(("ready", None))
         t0 = time.monotonic()
         app.start()
@@ -623,16 +598,11 @@ def brook_main(cfg: dict[str, Any], q: "mp.Queue", stop: "mp.Event") -> None:
         while not stop.wait(0.1):
             state = _state_of(app)
             if "ERROR" in state.upper():
-                exc = getattr(app, "exception", None)
-                error = f"Brook app went to state {state}" + (f": {exc!r}" if exc is not None else "")
+                error = C.app_error(app, state)
                 q.put(("error", error))
                 break
-        close_s = _close(app)
-        try:
-            metrics = app.metrics() if hasattr(app, "metrics") else None
-            metrics = json.loads(json.dumps(metrics, default=str))
-        except Exception as exc:  # noqa: BLE001
-            metrics = f"unavailable: {exc!r}"
+        close_s = C.close_app(app)
+        metrics = C.app_metrics(app)
         q.put(
             (
                 "done",
@@ -657,7 +627,7 @@ def brook_main(cfg: dict[str, Any], q: "mp.Queue", stop: "mp.Event") -> None:
 def brook_restore_main(cfg: dict[str, Any], q: "mp.Queue", stop: "mp.Event") -> None:
     """A fresh Brook instance (same application.id, empty state.dir) restoring the store from its
     changelog, timed with a restore listener. Stops by itself once the restore is complete."""
-    if not _import_brook(q):
+    if not C.import_brook(q):
         return
     try:
         try:
@@ -689,11 +659,7 @@ def brook_restore_main(cfg: dict[str, Any], q: "mp.Queue", stop: "mp.Event") -> 
                 ends.append((now, str(topic_partition), str(store_name), int(total_restored)))
 
         app.set_global_state_restore_listener(Listener())
-        states: list[tuple[float, str, str]] = []
-        try:
-            app.set_state_listener(lambda new, old: states.append((time.monotonic(), str(new), str(old))))
-        except Exception:  # noqa: BLE001
-            pass
+        states = C.record_states(app)
         expected = cfg["expected_restore_records"]
         q.put(("ready", None))
         t0 = time.monotonic()
@@ -710,8 +676,7 @@ def brook_restore_main(cfg: dict[str, Any], q: "mp.Queue", stop: "mp.Event") -> 
             restored = sum(e[3] for e in ends)
             running = state.endswith("RUNNING") and "NOT" not in state
             if "ERROR" in state:
-                exc = getattr(app, "exception", None)
-                outcome = f"Brook app went to state {state}" + (f": {exc!r}" if exc is not None else "")
+                outcome = C.app_error(app, state)
             elif starts and len(ends) >= len(starts) and restored >= expected:
                 outcome = "complete"
             elif running and len(ends) >= len(starts) and now - last_event[0] > 5.0:
@@ -734,7 +699,7 @@ def brook_restore_main(cfg: dict[str, Any], q: "mp.Queue", stop: "mp.Event") -> 
             store_check = {"ok": not wrong, "wrong_or_missing": wrong, "first_problems": problems}
         except Exception as exc:  # noqa: BLE001
             store_check = {"ok": None, "unavailable": repr(exc)}
-        close_s = _close(app)
+        close_s = C.close_app(app)
         first_start = min((s[0] for s in starts), default=None)
         last_end = max((e[0] for e in ends), default=None)
         q.put(
@@ -767,24 +732,6 @@ def brook_restore_main(cfg: dict[str, Any], q: "mp.Queue", stop: "mp.Event") -> 
 # --------------------------------------------------------------------------------------------------
 
 
-class SideFailed(Exception):
-    pass
-
-
-class SideUnavailable(Exception):
-    pass
-
-
-def _pump(q: "mp.Queue", events: dict[str, Any], block: float = 0.0) -> None:
-    while True:
-        try:
-            kind, payload = q.get(timeout=block) if block else q.get_nowait()
-        except queue.Empty:
-            return
-        events.setdefault(kind, payload)
-        block = 0.0
-
-
 class _Child:
     """A spawned side process, its queue and stop event; always stopped on exit."""
 
@@ -812,22 +759,22 @@ class _Child:
             self.proc.kill()
 
     def pump(self, block: float = 0.0) -> None:
-        _pump(self.q, self.events, block)
+        C.pump(self.q, self.events, block)
         if "error" in self.events:
-            raise SideFailed(f"{self.name} failed:\n{self.events['error']}")
+            raise C.SideFailed(f"{self.name} failed:\n{self.events['error']}")
 
     def wait_started(self, limit: float = 120.0) -> float:
         """Wait until the child is about to start its clock (imports and clients are not timed)."""
         t = time.monotonic()
         while "started" not in self.events:
-            _pump(self.q, self.events)
+            C.pump(self.q, self.events)
             if "unavailable" in self.events:
-                raise SideUnavailable(self.events["unavailable"])
+                raise C.SideUnavailable(self.events["unavailable"])
             self.pump()
             if not self.proc.is_alive() and self.q.empty() and "started" not in self.events:
-                raise SideFailed(f"{self.name} process exited (code {self.proc.exitcode}) before starting")
+                raise C.SideFailed(f"{self.name} process exited (code {self.proc.exitcode}) before starting")
             if time.monotonic() - t > limit:
-                raise SideFailed(f"{self.name} did not start within {limit:.0f} s")
+                raise C.SideFailed(f"{self.name} did not start within {limit:.0f} s")
             time.sleep(0.02)
         return self.events["started"]
 
@@ -837,26 +784,48 @@ class _Child:
             self.pump(block=0.1)
             if not self.proc.is_alive() and self.q.empty() and "done" not in self.events:
                 self.pump()
-                raise SideFailed(f"{self.name} process exited (code {self.proc.exitcode}) without a report")
+                raise C.SideFailed(f"{self.name} process exited (code {self.proc.exitcode}) without a report")
             if time.monotonic() > deadline:
-                raise SideFailed(f"{self.name}: no report within {limit:.0f} s")
+                raise C.SideFailed(f"{self.name}: no report within {limit:.0f} s")
         return self.events["done"]
+
+
+def _watch_side(
+    broker: C.BrokerHandle, side: str, cfg: dict[str, Any], topics: dict[str, int]
+) -> tuple[C.EndOffsetWatcher, C.CommittedOffsetsReader, dict[str, Any]]:
+    """Create ``topics`` and start watching a side from the outside: the end offsets of its output
+    topic and its group's committed offsets. Returns the two watchers and the start of its result."""
+    bootstrap = broker.bootstrap_servers
+    C.create_topics(bootstrap, topics)
+    watcher = C.EndOffsetWatcher(bootstrap, cfg["out_topic"], PARTITIONS, cfg["consumer"])
+    offsets = C.CommittedOffsetsReader(bootstrap, cfg["group_id"], cfg["in_topic"], PARTITIONS)
+    res: dict[str, Any] = {"side": side, "group_id": cfg["group_id"], "output_topic": cfg["out_topic"],
+                           "changelog_topic": cfg["changelog"]}
+    return watcher, offsets, res
+
+
+def _resources(report: dict[str, Any], records: int) -> dict[str, Any]:
+    """A side's peak RSS and CPU (also per input record) from its own report, and the report."""
+    return {
+        "peak_rss_mb": round(report["peak_rss_mb"], 1),
+        "cpu_s": round(report["cpu_s"], 2),
+        "cpu_us_per_record": round(1e6 * report["cpu_s"] / records, 2),
+        "report": report,
+    }
 
 
 def run_ceiling(broker: C.BrokerHandle, cfg: dict[str, Any], load: C.LoadResult,
                 oracle: dict[str, tuple[int, float]], timeout: float) -> dict[str, Any]:
     bootstrap = broker.bootstrap_servers
-    C.create_topics(bootstrap, {cfg["out_topic"]: PARTITIONS, cfg["changelog"]: PARTITIONS})
-    watcher = C.EndOffsetWatcher(bootstrap, cfg["out_topic"], PARTITIONS, cfg["consumer"])
-    offsets = C.CommittedOffsetsReader(bootstrap, cfg["group_id"], cfg["in_topic"], PARTITIONS)
+    watcher, offsets, res = _watch_side(
+        broker, "ceiling", cfg, {cfg["out_topic"]: PARTITIONS, cfg["changelog"]: PARTITIONS}
+    )
     expected = load.records  # one output record per input record
-    res: dict[str, Any] = {"side": "ceiling", "group_id": cfg["group_id"], "output_topic": cfg["out_topic"],
-                           "changelog_topic": cfg["changelog"]}
     try:
         with _Child("ceiling", ceiling_main, cfg, with_stop=False) as child:
             t0 = child.wait_started()
             deadline = t0 + timeout
-            cpu0, bcpu0 = C.cpu_seconds(), broker.cpu_seconds()
+            cpu = C.CpuMeter(broker)
             t_first = None
             last_total, last_change = -1, time.monotonic()
             while True:
@@ -877,40 +846,28 @@ def run_ceiling(broker: C.BrokerHandle, cfg: dict[str, Any], load: C.LoadResult,
                     break
                 if not child.proc.is_alive() and "done" not in child.events:
                     child.pump()
-                    raise SideFailed(f"ceiling died (exit {child.proc.exitcode}) with {total:,}/{expected:,} output")
+                    raise C.SideFailed(f"ceiling died (exit {child.proc.exitcode}) with {total:,}/{expected:,} output")
                 if now > deadline:
-                    raise SideFailed(f"ceiling: only {total:,}/{expected:,} output records after {timeout:.0f}s")
+                    raise C.SideFailed(f"ceiling: only {total:,}/{expected:,} output records after {timeout:.0f}s")
                 time.sleep(max(0.0, WATCH_INTERVAL_S - (time.monotonic() - tick)))
-            res["watcher_cpu_s"] = round(C.cpu_seconds() - cpu0, 2)
-            bcpu1 = broker.cpu_seconds()
-            if bcpu0 is not None and bcpu1 is not None:
-                res["broker_cpu_s"] = round(bcpu1 - bcpu0, 2)
+            cpu.record(res)
             report = child.wait_done(90)
             child.proc.join(30)
     finally:
         watcher.close()
     committed = offsets.read()
     offsets.close()
-    seconds = t_done - t0
-    from_first = t_done - t_first if t_first is not None else None
     marks = report["marks"]
     res.update(
         {
             "input_records": load.records,
             "output_records_watched": watcher.total,
-            "seconds": round(seconds, 3),
-            "records_per_s": round(load.records / seconds, 1),
-            "first_output_after_s": round(t_first - t0, 3) if t_first is not None else None,
-            "seconds_from_first_output": round(from_first, 3) if from_first else None,
-            "records_per_s_from_first_output": round(load.records / from_first, 1) if from_first else None,
+            **C.output_timing(load.records, t0, t_done, t_first),
             "processing": _processing(load.records, marks.get("first"), marks.get("last_record")),
             "committed_offsets": committed,
             "committed_ok": all(committed.get(p, -1) == e for p, e in load.end_offsets.items()),
             "changelog_records_produced": report["stats"]["changelog_records"],
-            "peak_rss_mb": round(report["peak_rss_mb"], 1),
-            "cpu_s": round(report["cpu_s"], 2),
-            "cpu_us_per_record": round(1e6 * report["cpu_s"] / load.records, 2),
-            "report": report,
+            **_resources(report, load.records),
         }
     )
     res["output_check"] = check_totals_topic(bootstrap, cfg["out_topic"], oracle, one_per_input=True)
@@ -934,17 +891,13 @@ def _processing(records: int, first: float | None, last: float | None) -> dict[s
 def run_brook(broker: C.BrokerHandle, cfg: dict[str, Any], load: C.LoadResult,
               oracle: dict[str, tuple[int, float]], timeout: float) -> dict[str, Any]:
     bootstrap = broker.bootstrap_servers
-    C.create_topics(bootstrap, {cfg["out_topic"]: PARTITIONS})
-    watcher = C.EndOffsetWatcher(bootstrap, cfg["out_topic"], PARTITIONS, cfg["consumer"])
-    offsets = C.CommittedOffsetsReader(bootstrap, cfg["group_id"], cfg["in_topic"], PARTITIONS)
+    watcher, offsets, res = _watch_side(broker, "brook", cfg, {cfg["out_topic"]: PARTITIONS})
     ends = load.end_offsets
-    res: dict[str, Any] = {"side": "brook", "group_id": cfg["group_id"], "output_topic": cfg["out_topic"],
-                           "changelog_topic": cfg["changelog"]}
     try:
         with _Child("brook", brook_main, cfg, with_stop=True) as child:
             t0 = child.wait_started()
             deadline = t0 + timeout
-            cpu0, bcpu0 = C.cpu_seconds(), broker.cpu_seconds()
+            cpu = C.CpuMeter(broker)
             t_first = None
             while True:
                 tick = time.monotonic()
@@ -957,14 +910,13 @@ def run_brook(broker: C.BrokerHandle, cfg: dict[str, Any], load: C.LoadResult,
                 child.pump()
                 if not child.proc.is_alive():
                     child.pump()
-                    raise SideFailed(f"brook process died (exit {child.proc.exitcode}) before committing the input")
+                    raise C.SideFailed(f"brook process died (exit {child.proc.exitcode}) before committing the input")
                 if time.monotonic() > deadline:
-                    raise SideFailed(f"brook: committed offsets {offsets.read()} short of {ends} after {timeout:.0f}s")
+                    raise C.SideFailed(
+                        f"brook: committed offsets {offsets.read()} short of {ends} after {timeout:.0f}s"
+                    )
                 time.sleep(max(0.0, WATCH_INTERVAL_S - (time.monotonic() - tick)))
-            res["watcher_cpu_s"] = round(C.cpu_seconds() - cpu0, 2)
-            bcpu1 = broker.cpu_seconds()
-            if bcpu0 is not None and bcpu1 is not None:
-                res["broker_cpu_s"] = round(bcpu1 - bcpu0, 2)
+            cpu.record(res)
             child.stop.set()
             report = child.wait_done(120)
             child.proc.join(30)
@@ -972,26 +924,20 @@ def run_brook(broker: C.BrokerHandle, cfg: dict[str, Any], load: C.LoadResult,
         watcher.close()
     committed = offsets.read()
     offsets.close()
-    seconds = t_done - t0
     probe = report.get("probe", {})
     res.update(
         {
             "input_records": load.records,
-            "seconds": round(seconds, 3),
-            "records_per_s": round(load.records / seconds, 1),
-            "first_output_after_s": round(t_first - t0, 3) if t_first is not None else None,
+            **C.output_timing(load.records, t0, t_done, t_first, from_first=False),
             "processing": _processing(load.records, probe.get("first"), probe.get("last")),
             "aggregated_records": report.get("aggregated"),
             "committed_offsets": committed,
             "committed_ok": all(committed.get(p, -1) == e for p, e in ends.items()),
-            "peak_rss_mb": round(report["peak_rss_mb"], 1),
-            "cpu_s": round(report["cpu_s"], 2),
-            "cpu_us_per_record": round(1e6 * report["cpu_s"] / load.records, 2),
-            "report": report,
+            **_resources(report, load.records),
         }
     )
     if report.get("error"):
-        raise SideFailed(f"brook: {report['error']}")
+        raise C.SideFailed(f"brook: {report['error']}")
     res["output_check"] = check_totals_topic(bootstrap, cfg["out_topic"], oracle, one_per_input=False)
     try:
         res["changelog_check"] = check_totals_topic(bootstrap, cfg["changelog"], oracle, one_per_input=False,
@@ -1291,14 +1237,8 @@ def main(argv: list[str] | None = None) -> int:
                         res = run_ceiling(handle, cfg, load, oracle, args.timeout)
                     else:
                         res = run_brook(handle, cfg, load, oracle, args.timeout)
-                except SideUnavailable as exc:
-                    print(f"  {side}: SKIPPED -- {exc}", flush=True)
-                    results["sides"][side] = {"side": side, "status": "unavailable", "message": str(exc)}
-                    exit_code = max(exit_code, 2)
-                    continue
-                except (SideFailed, TimeoutError) as exc:
-                    print(f"  {side}: FAILED -- {exc}", flush=True)
-                    results["sides"][side] = {"side": side, "status": "failed", "message": str(exc)}
+                except (C.SideUnavailable, C.SideFailed, TimeoutError) as exc:
+                    results["sides"][side] = {"side": side, **C.phase_failure(side, exc)}
                     exit_code = max(exit_code, 2)
                     continue
                 res["status"] = "ok"
@@ -1335,14 +1275,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"restore: {name} ({changelog_records:,} changelog records) ...", flush=True)
                     try:
                         r = run()
-                    except SideUnavailable as exc:
-                        print(f"  restore {name}: SKIPPED -- {exc}", flush=True)
-                        results["restore"][name] = {"status": "unavailable", "message": str(exc)}
-                        exit_code = max(exit_code, 2)
-                        continue
-                    except (SideFailed, TimeoutError) as exc:
-                        print(f"  restore {name}: FAILED -- {exc}", flush=True)
-                        results["restore"][name] = {"status": "failed", "message": str(exc)}
+                    except (C.SideUnavailable, C.SideFailed, TimeoutError) as exc:
+                        results["restore"][name] = C.phase_failure(f"restore {name}", exc)
                         exit_code = max(exit_code, 2)
                         continue
                     results["restore"][name] = r
@@ -1361,8 +1295,8 @@ def main(argv: list[str] | None = None) -> int:
     results["ratio"] = _ratios(results)
     print()
     print(_report(results))
-    path = C.write_results(NAME, results) if args.output is None else _write(args.output, results)
-    print(f"\nresults: {_rel(path)}")
+    path = C.write_results(NAME, results, args.output)
+    print(f"\nresults: {C.rel_path(path)}")
     if args.strict:
         ratio = results["ratio"].get("total")
         brr = results["restore"].get("brook", {}).get("records_per_s")
@@ -1406,10 +1340,6 @@ def _micro_line(m: dict[str, Any]) -> str:
             f"orjson.dumps(agg) {m['orjson_dumps_aggregate']['us_per_op']:.2f} us")
 
 
-def _f(x: Any, digits: int = 2) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
 def _n(x: Any) -> str:
     return "-" if x is None else f"{x:,.0f}"
 
@@ -1445,9 +1375,10 @@ def _report(results: dict[str, Any]) -> str:
         label = "brook (processor API)" if name == "brook" and st["brook_api"] == "processor" else name
         rows.append([
             label, f"{r['input_records']:,}", f"{r['seconds']:.2f}", _n(r["records_per_s"]),
-            _f(r.get("first_output_after_s")), _f(pr.get("last_input_processed_s")), _n(pr.get("records_per_s")),
-            _n(pr.get("records_per_s_from_first_record")), _n(r["output_records"]), _n(r["changelog_records"]),
-            _f(r.get("peak_rss_mb"), 0), _f(r.get("cpu_s"), 1), _f(r.get("broker_cpu_s"), 1),
+            C.fmt_float(r.get("first_output_after_s")), C.fmt_float(pr.get("last_input_processed_s")),
+            _n(pr.get("records_per_s")), _n(pr.get("records_per_s_from_first_record")), _n(r["output_records"]),
+            _n(r["changelog_records"]), C.fmt_float(r.get("peak_rss_mb"), 0), C.fmt_float(r.get("cpu_s"), 1),
+            C.fmt_float(r.get("broker_cpu_s"), 1),
             "ok" if ok else "MISMATCH",
         ])
     lines.append(C.fmt_table(headers, rows, "lrrrrrrrrrrrrl"))
@@ -1457,8 +1388,8 @@ def _report(results: dict[str, Any]) -> str:
         verdict = "MEETS" if ratio["total"] >= TARGET_RATIO else "BELOW"
         lines.append(
             f"Brook / ceiling: {ratio['total']:.2f} (to completion) -- {verdict} the target of {TARGET_RATIO:.2f}; "
-            f"processing only: {_f(ratio.get('processing'))} (to last input aggregated), "
-            f"{_f(ratio.get('processing_from_first_record'))} (first to last input)"
+            f"processing only: {C.fmt_float(ratio.get('processing'))} (to last input aggregated), "
+            f"{C.fmt_float(ratio.get('processing_from_first_record'))} (first to last input)"
         )
     else:
         lines.append("Brook / ceiling: n/a (both sides must run)")
@@ -1466,22 +1397,23 @@ def _report(results: dict[str, Any]) -> str:
     if c.get("status") == "ok":
         m, s = c["report"]["marks"], c["report"]["stats"]
         lines.append(
-            f"ceiling, own clock: assigned {_f(m.get('assigned'))}s, first record {_f(m.get('first'))}s, "
-            f"last record {_f(m.get('last_record'))}s, EOF {_f(m.get('consumed'))}s, "
-            f"final commit done {_f(m.get('committed'))}s; "
+            f"ceiling, own clock: assigned {C.fmt_float(m.get('assigned'))}s, "
+            f"first record {C.fmt_float(m.get('first'))}s, "
+            f"last record {C.fmt_float(m.get('last_record'))}s, EOF {C.fmt_float(m.get('consumed'))}s, "
+            f"final commit done {C.fmt_float(m.get('committed'))}s; "
             f"{s['commits']} commits: changelog loop (dumps+put+produce) {s['commit_loop_s']:.3f}s, "
             f"db.write {s['db_write_s']:.3f}s, flush {s['flush_s']:.3f}s, offset commit {s['offset_commit_s']:.3f}s "
             f"(longest commit {s['max_commit_s']:.3f}s); {c['cpu_us_per_record']:.2f} us CPU/record"
         )
     b = results["sides"].get("brook", {})
     if b.get("status") == "ok":
-        states = b["report"].get("states", [])
-        running = [t for t, new, _ in states if new.upper().endswith("RUNNING") and "NOT" not in new.upper()]
+        running = C.first_running(b["report"].get("states", []))
         lines.append(
-            f"brook: {'first RUNNING %.2fs, ' % running[0] if running else ''}"
-            f"last input aggregated {_f(b['processing'].get('last_input_processed_s'))}s, "
+            f"brook: {'first RUNNING %.2fs, ' % running if running is not None else ''}"
+            f"last input aggregated {C.fmt_float(b['processing'].get('last_input_processed_s'))}s, "
             f"offsets committed to the end {b['seconds']:.2f}s after start "
-            f"(commit.interval.ms={int(st['commit_interval_s'] * 1000)}), close {_f(b['report'].get('close_s'))}s; "
+            f"(commit.interval.ms={int(st['commit_interval_s'] * 1000)}), "
+            f"close {C.fmt_float(b['report'].get('close_s'))}s; "
             f"{b['cpu_us_per_record']:.2f} us CPU/record"
         )
 
@@ -1493,7 +1425,7 @@ def _report(results: dict[str, Any]) -> str:
             continue
         check = r.get("state_check") or r.get("store_check") or {}
         rrows.append([
-            name, _n(r["records"]), _f(r.get("seconds"), 3), _n(r.get("records_per_s")),
+            name, _n(r["records"]), C.fmt_float(r.get("seconds"), 3), _n(r.get("records_per_s")),
             _n(r.get("records_per_s_from_first_record")),
             {True: "ok", False: "MISMATCH", None: "not checked"}[check.get("ok")]
             + ("" if r["status"] == "ok" else f" ({r.get('outcome')})"),
@@ -1519,7 +1451,8 @@ def _report(results: dict[str, Any]) -> str:
             f"{m['db_write_wal_off']['ms_per_batch']:.1f} ms/batch WAL off, "
             f"{m['db_write_wal_on']['ms_per_batch']:.1f} ms/batch WAL on "
             f"(put+write {m['writebatch_total_wal_off']['ops_per_s']:,.0f} / "
-            f"{m['writebatch_total_wal_on']['ops_per_s']:,.0f} keys/s); Rdict.get {m['rdict_get_hit']['us_per_op']:.2f} us"
+            f"{m['writebatch_total_wal_on']['ops_per_s']:,.0f} keys/s); "
+            f"Rdict.get {m['rdict_get_hit']['us_per_op']:.2f} us"
         )
         lines.append(
             f"micro: changelog produce() {m['changelog_produce_call']['us_per_op']:.2f} us/record + flush "
@@ -1545,19 +1478,6 @@ def _report(results: dict[str, Any]) -> str:
         if check.get("ok") is False:
             lines.append(f"WARNING restore {name}: restored state wrong: {check.get('first_problems', [])[:3]}")
     return "\n".join(lines)
-
-
-def _write(path: Path, results: dict[str, Any]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    return path
-
-
-def _rel(path: Path) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return str(path)
 
 
 if __name__ == "__main__":

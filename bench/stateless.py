@@ -26,10 +26,7 @@ once, right key, right value). Target: Brook >= 50% of the ceiling's records/s.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
-import os
-import queue
 import sys
 import time
 import traceback
@@ -163,12 +160,11 @@ def ceiling_main(cfg: dict[str, Any], q: "mp.Queue") -> None:
 
 def brook_main(cfg: dict[str, Any], q: "mp.Queue", stop: "mp.Event") -> None:
     """Brook's KafkaStreams over the same topology, run until the parent sets ``stop``."""
-    try:
-        from streaming import KafkaStreams, Serdes, StreamsBuilder
-    except Exception as exc:  # noqa: BLE001
-        q.put(("unavailable", f"cannot import the Brook runtime (streaming.KafkaStreams etc.): {exc!r}"))
+    if not C.import_brook(q):
         return
     try:
+        from streaming import KafkaStreams, Serdes, StreamsBuilder
+
         builder = StreamsBuilder()
         (
             builder.stream(cfg["in_topic"], key_serde=Serdes.String(), value_serde=Serdes.Json())
@@ -177,11 +173,7 @@ def brook_main(cfg: dict[str, Any], q: "mp.Queue", stop: "mp.Event") -> None:
             .to(cfg["out_topic"], key_serde=Serdes.String(), value_serde=Serdes.Json())
         )
         app = KafkaStreams(builder.build(), cfg["streams_config"])
-        states: list[tuple[float, str, str]] = []
-        try:
-            app.set_state_listener(lambda new, old: states.append((time.monotonic(), str(new), str(old))))
-        except Exception:  # noqa: BLE001 - optional
-            pass
+        states = C.record_states(app)
         q.put(("ready", None))
         t0 = time.monotonic()
         app.start()
@@ -190,21 +182,11 @@ def brook_main(cfg: dict[str, Any], q: "mp.Queue", stop: "mp.Event") -> None:
         while not stop.wait(0.25):
             state = str(getattr(app, "state", ""))
             if "ERROR" in state.upper():
-                exc = getattr(app, "exception", None)
-                error = f"Brook app went to state {state}" + (f": {exc!r}" if exc is not None else "")
+                error = C.app_error(app, state)
                 q.put(("error", error))
                 break
-        tc = time.monotonic()
-        try:
-            app.close(timeout=60)
-        except TypeError:
-            app.close()
-        close_s = time.monotonic() - tc
-        try:
-            metrics = app.metrics() if hasattr(app, "metrics") else None
-            metrics = json.loads(json.dumps(metrics, default=str))  # picklable for the queue
-        except Exception as exc:  # noqa: BLE001 - optional
-            metrics = f"unavailable: {exc!r}"
+        close_s = C.close_app(app)
+        metrics = C.app_metrics(app)
         q.put(
             (
                 "done",
@@ -228,14 +210,6 @@ def brook_main(cfg: dict[str, Any], q: "mp.Queue", stop: "mp.Event") -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-class SideFailed(Exception):
-    pass
-
-
-class SideUnavailable(Exception):
-    pass
-
-
 def run_side(
     side: str,
     broker: C.BrokerHandle,
@@ -254,7 +228,7 @@ def run_side(
     stop = ctx.Event()
     C.create_topics(bootstrap, {out_topic: PARTITIONS})
     watcher = C.EndOffsetWatcher(bootstrap, out_topic, PARTITIONS, child_cfg["consumer"])
-    offsets_reader = _CommittedReader(bootstrap, group_id, in_topic, PARTITIONS)
+    offsets_reader = C.CommittedOffsetsReader(bootstrap, group_id, in_topic, PARTITIONS)
     if side == "ceiling":
         proc = ctx.Process(target=ceiling_main, args=(child_cfg, q), name="bench-ceiling", daemon=True)
     else:
@@ -268,20 +242,19 @@ def run_side(
     try:
         # 1. until the child says it started (imports + client construction are not timed)
         while "started" not in events:
-            _pump(q, events)
+            C.pump(q, events)
             if "unavailable" in events:
-                raise SideUnavailable(events["unavailable"])
+                raise C.SideUnavailable(events["unavailable"])
             if "error" in events:
-                raise SideFailed(f"{side} failed before starting:\n{events['error']}")
+                raise C.SideFailed(f"{side} failed before starting:\n{events['error']}")
             if not proc.is_alive() and q.empty():
-                raise SideFailed(f"{side} process exited (code {proc.exitcode}) before starting")
+                raise C.SideFailed(f"{side} process exited (code {proc.exitcode}) before starting")
             if time.monotonic() - t_start_wait > 120:
-                raise SideFailed(f"{side} did not start within 120 s")
+                raise C.SideFailed(f"{side} did not start within 120 s")
             time.sleep(0.05)
         t0 = events["started"]
         deadline = t0 + timeout
-        watch_cpu0 = C.cpu_seconds()
-        broker_cpu0 = broker.cpu_seconds()
+        cpu = C.CpuMeter(broker)
 
         # 2. until all expected output is in the output topic
         t_first = t_done = None
@@ -299,9 +272,9 @@ def run_side(
             if total >= expected:
                 t_done = now
                 break
-            _pump(q, events)
+            C.pump(q, events)
             if "error" in events:
-                raise SideFailed(f"{side} failed while running:\n{events['error']}")
+                raise C.SideFailed(f"{side} failed while running:\n{events['error']}")
             if side == "brook" and now >= next_commit_check:
                 brook_caught_up = offsets_reader.caught_up(input_ends)
                 next_commit_check = now + 1.0
@@ -312,20 +285,17 @@ def run_side(
                 result["incomplete_output"] = True
                 break
             if not proc.is_alive() and "done" not in events:
-                _pump(q, events)
+                C.pump(q, events)
                 if "error" in events:
-                    raise SideFailed(f"{side} failed while running:\n{events['error']}")
-                raise SideFailed(
+                    raise C.SideFailed(f"{side} failed while running:\n{events['error']}")
+                raise C.SideFailed(
                     f"{side} process died (exit code {proc.exitcode}) with {total:,}/{expected:,} output"
                 )
             if now > deadline:
-                raise SideFailed(f"{side}: only {total:,}/{expected:,} output records after {timeout:.0f}s")
+                raise C.SideFailed(f"{side}: only {total:,}/{expected:,} output records after {timeout:.0f}s")
             time.sleep(max(0.0, WATCH_INTERVAL_S - (time.monotonic() - tick)))
 
-        result["watcher_cpu_s"] = round(C.cpu_seconds() - watch_cpu0, 2)
-        broker_cpu1 = broker.cpu_seconds()
-        if broker_cpu0 is not None and broker_cpu1 is not None:
-            result["broker_cpu_s"] = round(broker_cpu1 - broker_cpu0, 2)
+        cpu.record(result)
 
         # 3. until the consumed offsets are committed (Brook commits every commit.interval.ms)
         t_committed = None
@@ -334,18 +304,18 @@ def run_side(
             if offsets_reader.caught_up(input_ends):
                 t_committed = time.monotonic()
                 break
-            _pump(q, events)
+            C.pump(q, events)
             if "error" in events:
-                raise SideFailed(f"{side} failed while committing:\n{events['error']}")
+                raise C.SideFailed(f"{side} failed while committing:\n{events['error']}")
             time.sleep(0.2)
 
         # 4. stop the side and collect its own report
         stop.set()
         done_deadline = time.monotonic() + 90
         while "done" not in events and time.monotonic() < done_deadline:
-            _pump(q, events, block=0.2)
+            C.pump(q, events, block=0.2)
             if "error" in events:
-                raise SideFailed(f"{side} failed while stopping:\n{events['error']}")
+                raise C.SideFailed(f"{side} failed while stopping:\n{events['error']}")
             if not proc.is_alive() and q.empty() and "done" not in events:
                 break
         if "done" not in events:
@@ -365,18 +335,12 @@ def run_side(
     committed_after = offsets_reader.read()
     offsets_reader.close()
     report = events.get("done") or {}
-    seconds = t_done - t0
-    from_first = t_done - t_first if t_first is not None else None
     result.update(
         {
             "input_records": load.records,
             "expected_output": expected,
             "output_records_watched": watcher.total,
-            "seconds": round(seconds, 3),
-            "records_per_s": round(load.records / seconds, 1),
-            "first_output_after_s": round(t_first - t0, 3) if t_first is not None else None,
-            "seconds_from_first_output": round(from_first, 3) if from_first else None,
-            "records_per_s_from_first_output": round(load.records / from_first, 1) if from_first else None,
+            **C.output_timing(load.records, t0, t_done, t_first),
             "committed_caught_up_after_s": round(t_committed - t0, 3) if t_committed else None,
             "committed_offsets": committed_after,
             "input_end_offsets": input_ends,
@@ -401,43 +365,6 @@ def run_side(
             "seconds": round(time.monotonic() - tv, 2),
         }
     return result
-
-
-class _CommittedReader:
-    """Reads a group's committed offsets with one long-lived client (never joins the group)."""
-
-    def __init__(self, bootstrap: str, group_id: str, topic: str, partitions: int):
-        from confluent_kafka import Consumer, TopicPartition
-
-        self._tps = [TopicPartition(topic, p) for p in range(partitions)]
-        conf = {"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False}
-        self._c = Consumer(conf)
-
-    def read(self) -> dict[int, int]:
-        try:
-            return {tp.partition: tp.offset for tp in self._c.committed(self._tps, timeout=5)}
-        except Exception:  # noqa: BLE001 - e.g. coordinator still loading
-            return {}
-
-    def caught_up(self, ends: dict[int, int]) -> bool:
-        got = self.read()
-        return bool(got) and all(got.get(p, -1) >= e for p, e in ends.items())
-
-    def close(self) -> None:
-        try:
-            self._c.close()
-        except Exception:  # noqa: BLE001
-            pass
-
-
-def _pump(q: "mp.Queue", events: dict[str, Any], block: float = 0.0) -> None:
-    while True:
-        try:
-            kind, payload = q.get(timeout=block) if block else q.get_nowait()
-        except queue.Empty:
-            return
-        events.setdefault(kind, payload)
-        block = 0.0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -543,14 +470,8 @@ def main(argv: list[str] | None = None) -> int:
                     side, handle, in_topic, out_topic, group_id, load, child_cfg, args.timeout,
                     verify=not args.no_verify,
                 )
-            except SideUnavailable as exc:
-                print(f"  {side}: SKIPPED -- {exc}", flush=True)
-                results["sides"][side] = {"side": side, "status": "unavailable", "message": str(exc)}
-                exit_code = max(exit_code, 2)
-                continue
-            except (SideFailed, TimeoutError) as exc:
-                print(f"  {side}: FAILED -- {exc}", flush=True)
-                results["sides"][side] = {"side": side, "status": "failed", "message": str(exc)}
+            except (C.SideUnavailable, C.SideFailed, TimeoutError) as exc:
+                results["sides"][side] = {"side": side, **C.phase_failure(side, exc)}
                 exit_code = max(exit_code, 2)
                 continue
             res["status"] = "ok"
@@ -563,8 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     results["ratio"] = ratio
     print()
     print(_report(results))
-    path = C.write_results(NAME, results) if args.output is None else _write(args.output, results)
-    print(f"\nresults: {_rel(path)}")
+    path = C.write_results(NAME, results, args.output)
+    print(f"\nresults: {C.rel_path(path)}")
     if args.strict and ratio.get("total") is not None and ratio["total"] < TARGET_RATIO:
         exit_code = max(exit_code, 3)
     return exit_code
@@ -573,17 +494,12 @@ def main(argv: list[str] | None = None) -> int:
 def brook_config(
     app_id: str, bootstrap: str, consumer: dict[str, Any], producer: dict[str, Any]
 ) -> dict[str, str]:
-    cfg = {
+    return {
         "application.id": app_id,
         "bootstrap.servers": bootstrap,
         "commit.interval.ms": str(int(C.COMMIT_INTERVAL_S * 1000)),
+        **C.brook_client_settings(consumer, producer),
     }
-    for key, value in C.brook_config_strings(consumer).items():
-        if key not in C.RUNTIME_MANAGED_CONSUMER_KEYS:
-            cfg[f"consumer.{key}"] = value
-    for key, value in C.brook_config_strings(producer).items():
-        cfg[f"producer.{key}"] = value
-    return cfg
 
 
 def _ratios(results: dict[str, Any]) -> dict[str, Any]:
@@ -645,12 +561,12 @@ def _report(results: dict[str, Any]) -> str:
                 f"{r['input_records']:,}",
                 f"{r['seconds']:.2f}",
                 f"{r['records_per_s']:,.0f}",
-                _f(r.get("first_output_after_s")),
-                _f(r.get("seconds_from_first_output")),
+                C.fmt_float(r.get("first_output_after_s")),
+                C.fmt_float(r.get("seconds_from_first_output")),
                 f"{rps_ff:,.0f}" if rps_ff else "-",
-                _f(r.get("peak_rss_mb"), 0),
-                _f(r.get("cpu_s"), 1),
-                _f(r.get("broker_cpu_s"), 1),
+                C.fmt_float(r.get("peak_rss_mb"), 0),
+                C.fmt_float(r.get("cpu_s"), 1),
+                C.fmt_float(r.get("broker_cpu_s"), 1),
                 check,
             ]
         )
@@ -671,18 +587,18 @@ def _report(results: dict[str, Any]) -> str:
     if c.get("status") == "ok" and c.get("report", {}).get("marks"):
         m = c["report"]["marks"]
         lines.append(
-            f"ceiling, own clock: assigned {_f(m.get('assigned'))}s, first record {_f(m.get('first'))}s, "
-            f"input consumed {_f(m.get('consumed'))}s, producer flushed {_f(m.get('flushed'))}s"
+            f"ceiling, own clock: assigned {C.fmt_float(m.get('assigned'))}s, "
+            f"first record {C.fmt_float(m.get('first'))}s, input consumed {C.fmt_float(m.get('consumed'))}s, "
+            f"producer flushed {C.fmt_float(m.get('flushed'))}s"
         )
     b = results["sides"].get("brook", {})
     if b.get("status") == "ok":
-        states = b.get("report", {}).get("states", [])
-        running = [t for t, new, _ in states if new.upper().endswith("RUNNING") and "NOT" not in new.upper()]
-        extra = f"first RUNNING {running[0]:.2f}s, " if running else ""
+        running = C.first_running(b.get("report", {}).get("states", []))
+        extra = f"first RUNNING {running:.2f}s, " if running is not None else ""
         lines.append(
-            f"brook: {extra}offsets committed to the end {_f(b.get('committed_caught_up_after_s'))}s "
+            f"brook: {extra}offsets committed to the end {C.fmt_float(b.get('committed_caught_up_after_s'))}s "
             f"after start (commit.interval.ms={int(C.COMMIT_INTERVAL_S * 1000)}), "
-            f"close {_f(b.get('report', {}).get('close_s'))}s"
+            f"close {C.fmt_float(b.get('report', {}).get('close_s'))}s"
         )
     for name in ("ceiling", "brook"):
         r = results["sides"].get(name, {})
@@ -697,23 +613,6 @@ def _report(results: dict[str, Any]) -> str:
         if r.get("status") in ("failed", "unavailable"):
             lines.append(f"{name}: {r['status']}: {r['message'].strip().splitlines()[-1]}")
     return "\n".join(lines)
-
-
-def _f(x: Any, digits: int = 2) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
-def _write(path: Path, results: dict[str, Any]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    return path
-
-
-def _rel(path: Path) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return str(path)
 
 
 if __name__ == "__main__":
