@@ -56,6 +56,19 @@ class StreamsBuilder:
                                  timestamp_extractor=timestamp_extractor, offset_reset=offset_reset)
         return KStream(self, node, key_serde, value_serde)
 
+    def _table_parts(self, topic: str, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,
+                     materialized: Materialized | str | None, name: str | None
+                     ) -> tuple[str, Serde[Any] | None, Serde[Any] | None, StoreBuilder, str, str]:
+        """What a table and a global table both need: the store's name, serdes and builder, and the
+        names of the source node and of the node that updates the store."""
+        spec = as_materialized(materialized)
+        store_name = spec.store_name or self._new_store_name(f"{topic}-")
+        key_serde, value_serde = key_serde or spec.key_serde, value_serde or spec.value_serde
+        source = self._new_name("SOURCE")
+        node = name or self._new_name("SOURCE", prefix="KTABLE")
+        return store_name, key_serde, value_serde, make_store_builder(spec, store_name, key_serde, value_serde), \
+            source, node
+
     def table(self, topic: str, key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
               materialized: Materialized | str | None = None, timestamp_extractor: TimestampExtractor | None = None,
               offset_reset: str | None = None, name: str | None = None) -> KTable:
@@ -69,12 +82,8 @@ class StreamsBuilder:
         except for a key the table does not have (then nothing happens). Records with a None key are
         skipped and counted.
         """
-        spec = as_materialized(materialized)
-        store_name = spec.store_name or self._new_store_name(f"{topic}-")
-        key_serde, value_serde = key_serde or spec.key_serde, value_serde or spec.value_serde
-        source = self._new_name("SOURCE")
-        node = name or self._new_name("SOURCE", prefix="KTABLE")
-        store = make_store_builder(spec, store_name, key_serde, value_serde)
+        store_name, key_serde, value_serde, store, source, node = self._table_parts(
+            topic, key_serde, value_serde, materialized, name)
         self.topology.add_state_store(store)
         self.topology.add_source(source, topic, key_serde=key_serde, value_serde=value_serde,
                                  timestamp_extractor=timestamp_extractor, offset_reset=offset_reset)
@@ -94,12 +103,8 @@ class StreamsBuilder:
         materialized ones, else the defaults) must be the topic's; a ``None`` value deletes the key.
         Processors read it with ``context.get_state_store(table.queryable_store_name)``; writes raise.
         """
-        spec = as_materialized(materialized)
-        store_name = spec.store_name or self._new_store_name(f"{topic}-")
-        key_serde, value_serde = key_serde or spec.key_serde, value_serde or spec.value_serde
-        source = self._new_name("SOURCE")
-        processor = name or self._new_name("SOURCE", prefix="KTABLE")
-        store = make_store_builder(spec, store_name, key_serde, value_serde)
+        store_name, key_serde, value_serde, store, source, processor = self._table_parts(
+            topic, key_serde, value_serde, materialized, name)
         self.topology.add_global_store(store, topic, source_name=source, processor_name=processor)
         return GlobalKTable(topic, store_name, key_serde, value_serde)
 
