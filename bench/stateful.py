@@ -54,6 +54,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from bench import common as C  # noqa: E402
+from streaming.naming import changelog_topic  # noqa: E402
 
 NAME = "stateful"
 PARTITIONS = 4
@@ -66,11 +67,6 @@ REL_TOL = 1e-6
 WORKLOAD = (
     "JSON in -> group_by_key -> aggregate(count, sum(amount)) [RocksDB store, changelog] -> JSON out"
 )
-
-
-def changelog_topic(app_id: str) -> str:
-    """Kafka Streams' (and Brook's) changelog name for the benchmark's store."""
-    return f"{app_id}-{STORE}-changelog"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1217,7 +1213,7 @@ def main(argv: list[str] | None = None) -> int:
                     "bootstrap": bootstrap,
                     "in_topic": in_topic,
                     "out_topic": f"bench-{NAME}-out-{side}-{rid}",
-                    "changelog": changelog_topic(app_id),
+                    "changelog": changelog_topic(app_id, STORE),
                     "group_id": app_id,
                     "partitions": PARTITIONS,
                     "records": load.records,

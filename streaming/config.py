@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from streaming.errors import ConfigError
+from streaming.naming import MAX_NAME_LENGTH, is_legal_name
 from streaming.serdes import Serde, resolve_serde
 from streaming.timestamps import RecordTimestampExtractor, TimestampExtractor, resolve_extractor
 
@@ -80,8 +81,9 @@ def _handler(value: Any) -> str:
 
 
 def _application_id(value: Any) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", value):
-        raise ValueError("must be a non-empty string of letters, digits, '.', '_' or '-'")
+    if not is_legal_name(value):
+        raise ValueError(f"must be 1-{MAX_NAME_LENGTH} letters, digits, '.', '_' or '-' (not '.' or '..'): it "
+                         f"prefixes the internal topics and names the state directory")
     return value
 
 

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from streaming.errors import TopologyError
+from streaming.naming import check_store_name
 from streaming.serdes import Serde
 from streaming.state.stores import KeyValueBytesStoreSupplier, KeyValueStoreBuilder, Stores
 
 STORE_TYPES = ("rocksdb", "in_memory")
-_LEGAL_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
 @dataclass(frozen=True)
@@ -43,8 +42,8 @@ class Materialized:
     def as_(cls, store: str | KeyValueBytesStoreSupplier) -> Materialized:
         """A store named ``store``, or made by a supplier (``Stores.in_memory_key_value_store("s")``)."""
         if isinstance(store, KeyValueBytesStoreSupplier):
-            return cls(store_name=_check_name(store.name), supplier=store)
-        return cls(store_name=_check_name(store))
+            return cls(store_name=check_store_name(store.name), supplier=store)
+        return cls(store_name=check_store_name(store))
 
     @classmethod
     def with_(cls, key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None) -> Materialized:
@@ -77,13 +76,6 @@ class Materialized:
         if store_type not in STORE_TYPES:
             raise TopologyError(f"store type must be one of {', '.join(STORE_TYPES)}, got {store_type!r}")
         return dataclasses.replace(self, store_type=store_type)
-
-
-def _check_name(name: Any) -> str:
-    if not isinstance(name, str) or not _LEGAL_NAME.fullmatch(name):
-        raise TopologyError(f"store name {name!r} is not valid: it names a changelog topic, so use 1-200 "
-                            f"letters, digits, '.', '_' or '-'")
-    return name
 
 
 def as_materialized(spec: Materialized | str | None) -> Materialized:

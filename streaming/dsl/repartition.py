@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from streaming.errors import StreamsError
+from streaming.naming import REPARTITION_SUFFIX
 from streaming.runtime.context import fan_out
 from streaming.serdes import Serde
 from streaming.topology.nodes import Emit, Partitioner
@@ -15,7 +16,6 @@ from streaming.topology.nodes import Emit, Partitioner
 if TYPE_CHECKING:
     from streaming.dsl.builder import StreamsBuilder
 
-REPARTITION_SUFFIX = "-repartition"
 _GENERATED = re.compile(r"K(STREAM|TABLE)-.*-\d{10}")
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from typing import Any
 
 from streaming.config import StreamsConfig
+from streaming.runtime.state_directory import application_dir, remove_path
 from streaming.runtime.state_manager import take_checkpoint, write_checkpoint_file
 from streaming.state.keyvalue import StoreContext
 from streaming.state.readonly import ReadOnlyKeyValueStore
@@ -29,7 +29,7 @@ class GlobalStateManager:
     """Opens the global stores, applies their topics' records, writes the checkpoint, closes them."""
 
     def __init__(self, topology: Topology, config: StreamsConfig) -> None:
-        self.directory = os.path.join(config["state.dir"], config.application_id, "global")
+        self.directory = os.path.join(application_dir(config["state.dir"], config.application_id), "global")
         self._config = config
         self._definitions = topology.global_stores
         self.stores: dict[str, Any] = {}
@@ -54,7 +54,7 @@ class GlobalStateManager:
                 if store.persistent and covered:
                     resume.update(covered)
                 else:
-                    shutil.rmtree(directory, ignore_errors=True)
+                    remove_path(directory, inside=self.directory)
                 store.init(StoreContext(self._config.application_id, "global", directory,
                                         self._config.default_key_serde, self._config.default_value_serde))
                 self.stores[name] = store

@@ -6,7 +6,7 @@ import logging
 
 from streaming.admin import TopicError, create_topics
 from streaming.errors import StreamsError
-from streaming.state.changelogging import changelog_topic
+from streaming.naming import changelog_topic
 from streaming.topology.nodes import SinkNodeDef
 from streaming.topology.topology import Topology
 

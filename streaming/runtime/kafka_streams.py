@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import enum
 import logging
-import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
@@ -34,6 +32,7 @@ from streaming.runtime.interactive_queries import (
     unknown_store_message,
 )
 from streaming.runtime.internal_topics import create_internal_topics
+from streaming.runtime.state_directory import application_dir, remove_path
 from streaming.runtime.stream_thread import StreamThread
 from streaming.serdes import Serde
 from streaming.topology.topology import Topology
@@ -183,7 +182,8 @@ class KafkaStreams:
         """Delete this application's local state directory (only when not running)."""
         if self._state not in (State.CREATED, State.NOT_RUNNING, State.ERROR):
             raise StreamsError(f"cleanup() needs a stopped client, state is {self._state.value}")
-        shutil.rmtree(Path(self.config["state.dir"]) / self.config.application_id, ignore_errors=True)
+        state_dir = self.config["state.dir"]
+        remove_path(application_dir(state_dir, self.config.application_id), inside=state_dir)
 
     def metrics(self) -> dict[str, Any]:
         """Counters of the stream threads: records processed, commits, rebalances, tasks, and records

@@ -31,17 +31,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from streaming.admin import TopicError, create_topics
 from streaming.errors import StreamsError
+from streaming.naming import metadata_topic
 
 log = logging.getLogger(__name__)
 
 ANNOUNCEMENT_VERSION = 1
 METADATA_REFRESH_SECONDS = 0.25  # readers catch up with the topic at most this often
 REPUBLISH_CHECK_SECONDS = 0.5  # the publisher re-checks the assignment this often, besides on notify()
-
-
-def metadata_topic(application_id: str) -> str:
-    """The internal topic instances announce their assignment on: ``<application.id>-metadata``."""
-    return f"{application_id}-metadata"
 
 
 def create_metadata_topic(application_id: str, admin_config: dict[str, str]) -> str:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from typing import Any
 
-from streaming.state.changelogging import changelog_topic
+from streaming.naming import changelog_topic
+from streaming.runtime.state_directory import application_dir, remove_path
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,8 @@ class ProcessorStateManager:
         self.application_id = application_id
         self.task_id = task_id
         self.partition = partition
-        self.task_dir = os.path.join(state_dir, application_id, task_id)
+        self.app_dir = application_dir(state_dir, application_id)
+        self.task_dir = os.path.join(self.app_dir, task_id)
         self._checkpoint = self._take_checkpoint()
         self.stores: dict[str, Any] = {}
         self.changelogs: dict[TopicPartition, Any] = {}  # changelog partition -> store
@@ -50,7 +51,7 @@ class ProcessorStateManager:
         if persistent and logged and self.changelog_partition(store) not in self._checkpoint \
                 and os.path.exists(directory):
             log.info("task %s: no checkpoint for store %r, wiping local state to restore it", self.task_id, store)
-            shutil.rmtree(directory, ignore_errors=True)
+            remove_path(directory, inside=self.task_dir)
 
     def register(self, store: Any) -> None:
         """Called by each store's ``init``: remember it and its changelog partition (if logged)."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from streaming.config import StreamsConfig
 from streaming.errors import DeserializationError, ProcessingError, RecordError, StreamsError, TopologyError
+from streaming.naming import changelog_topic
 from streaming.processor.api import Cancellable, PunctuationType, Record
 from streaming.runtime.context import NodeContext, fan_out
 from streaming.runtime.partition_group import Buffered, PartitionGroup
@@ -15,7 +16,7 @@ from streaming.runtime.punctuation import PunctuationQueue, PunctuationSchedule
 from streaming.runtime.record_collector import UNASSIGNED, RecordCollector
 from streaming.runtime.state_manager import ProcessorStateManager
 from streaming.state.caching import CacheBudget
-from streaming.state.changelogging import ChangeLogger, changelog_topic
+from streaming.state.changelogging import ChangeLogger
 from streaming.state.keyvalue import StoreContext
 from streaming.timestamps import is_record_time
 from streaming.topology.nodes import Emit, ProcessorNodeDef, SinkNodeDef, SourceNodeDef

@@ -6,11 +6,6 @@ from collections.abc import Callable
 from typing import Any
 
 
-def changelog_topic(application_id: str, store: str) -> str:
-    """Kafka Streams' changelog topic name: ``<application.id>-<store>-changelog``."""
-    return f"{application_id}-{store}-changelog"
-
-
 class ChangeLogger:
     """Sends ``(key, value)`` to partition ``partition`` of the changelog (the task's partition).
 

@@ -30,7 +30,6 @@ class BytesStore(Protocol):
     def approximate_num_entries(self) -> int: ...
     def flush(self) -> None: ...
     def close(self) -> None: ...
-    def wipe(self) -> None: ...
 
 
 @dataclass
@@ -239,10 +238,6 @@ class TypedKeyValueStore(KeyValueStore[Any, Any]):
 
     def close(self) -> None:
         self.inner.close()
-
-    def wipe(self) -> None:
-        """Drop local state (it will be restored from the changelog)."""
-        self.inner.wipe()
 
     def __repr__(self) -> str:
         return f"<KeyValueStore {self.name!r} over {type(self.inner).__name__}>"

@@ -50,11 +50,6 @@ class InMemoryBytesStore:
             else:
                 self.put(key, value)
 
-    def wipe(self) -> None:
-        """Forget everything."""
-        self._data.clear()
-        self._version += 1
-
     def _keys(self) -> list[bytes]:
         version = self._version  # read before sorting: a list is never labelled newer than its keys
         cached = self._sorted

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterable, Iterator
 
 import rocksdict
@@ -113,9 +112,3 @@ class RocksDBBytesStore:
             self._db.flush()
             self._db.close()
             self._db = None
-
-    def wipe(self) -> None:
-        """Close and delete the database files (local state no longer trusted)."""
-        self.close()
-        if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from streaming.naming import check_store_name
 from streaming.serdes import Serde
 from streaming.state.keyvalue import BytesStore, TypedKeyValueStore
 from streaming.state.memory import InMemoryBytesStore
@@ -15,7 +16,7 @@ class KeyValueBytesStoreSupplier:
     """Makes one bytes store per task (``get()``); ``name`` is the store's name."""
 
     def __init__(self, name: str, factory: Callable[[str], BytesStore], persistent: bool) -> None:
-        self.name = name
+        self.name = check_store_name(name)
         self._factory = factory
         self.persistent = persistent
 
@@ -27,7 +28,7 @@ class StoreBuilder:
     """Builds one store instance per task. Logging (a changelog topic) is on by default."""
 
     def __init__(self, name: str) -> None:
-        self.name = name
+        self.name = check_store_name(name)
         self.logging_enabled = True
         self.log_config: dict[str, str] = {}
         self.caching_enabled = False

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streaming.errors import TopologyError
+from streaming.naming import check_store_name
 from streaming.serdes import Serde
 from streaming.state.stores import StoreBuilder
 from streaming.timestamps import TimestampExtractor
@@ -137,6 +138,7 @@ class Topology:
 
     def add_state_store(self, store_builder: StoreBuilder, *processor_names: str) -> Topology:
         """Register a store (one instance per task) and connect it to the named processors."""
+        check_store_name(store_builder.name)
         if store_builder.name in self._stores or store_builder.name in self._global_stores:
             raise TopologyError(f"state store {store_builder.name!r} is already added to this topology")
         self._stores[store_builder.name] = store_builder
@@ -167,7 +169,7 @@ class Topology:
         with ``context.get_state_store(name)``, without connecting it; writes raise. Records are stored
         as they are: the store's serdes must match the topic's, and a ``None`` value deletes the key.
         """
-        name = store_builder.name
+        name = check_store_name(store_builder.name)
         if name in self._stores or name in self._global_stores:
             raise TopologyError(f"state store {name!r} is already added to this topology")
         if not isinstance(topic, str) or not topic:

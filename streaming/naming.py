@@ -1,0 +1,55 @@
+"""The names Brook gives what it owns, in one public place: internal topics, and the rules for the user's
+names that become parts of them.
+
+Kafka Streams names its internal topics ``<application.id>-<store>-changelog``,
+``<application.id>-<name>-repartition``; Brook adds ``<application.id>-metadata`` (interactive
+queries). ``assets/`` and ``bench/`` build these names from here, never by hand.
+
+A store name and an ``application.id`` become part of a topic name *and* of a directory under
+``state.dir``, so both must be legal topic-name parts: letters, digits, ``.``, ``_`` and ``-``, and not
+``.`` or ``..`` (which would name a directory above the one meant).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from streaming.errors import TopologyError
+
+_LEGAL = re.compile(r"[A-Za-z0-9._-]+")
+MAX_NAME_LENGTH = 200  # leaves room for "<application.id>-" and "-changelog" within Kafka's 249
+
+
+def is_legal_name(name: Any) -> bool:
+    """Whether ``name`` can be part of a topic name and a directory name."""
+    return (isinstance(name, str) and len(name) <= MAX_NAME_LENGTH and _LEGAL.fullmatch(name) is not None
+            and name not in (".", ".."))
+
+
+def check_store_name(name: Any) -> str:
+    """``name`` if it is a legal store name, else :class:`TopologyError` saying why."""
+    if not is_legal_name(name):
+        raise TopologyError(f"store name {name!r} is not valid: it names the changelog topic and the store's "
+                            f"directory, so use 1-{MAX_NAME_LENGTH} letters, digits, '.', '_' or '-' "
+                            f"(not '.' or '..')")
+    return name
+
+
+def changelog_topic(application_id: str, store: str) -> str:
+    """A store's changelog topic: ``<application.id>-<store>-changelog``."""
+    return f"{application_id}-{store}-changelog"
+
+
+REPARTITION_SUFFIX = "-repartition"
+
+
+def repartition_topic(application_id: str, name: str) -> str:
+    """A repartition topic: ``<application.id>-<name>-repartition`` (``name`` may end with the suffix)."""
+    base = name.removesuffix(REPARTITION_SUFFIX)
+    return f"{application_id}-{base}{REPARTITION_SUFFIX}"
+
+
+def metadata_topic(application_id: str) -> str:
+    """The topic instances announce their assignment on (interactive queries): ``<application.id>-metadata``."""
+    return f"{application_id}-metadata"
