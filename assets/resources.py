@@ -18,11 +18,10 @@ from typing import Any
 import dagster as dg
 
 from assets.platform_spec import PlatformSpec, load_platform_spec, repo_root
+from streaming.config import REDACTED, is_secret_key, redact
 
 __all__ = ["KafkaResource", "PlatformResource", "kafka_resource"]
 
-_SECRET_KEYS = ("sasl.password", "ssl.key.password", "ssl.keystore.password")
-_REDACTED = "***"
 
 
 class KafkaResource(dg.ConfigurableResource):
@@ -64,11 +63,19 @@ class KafkaResource(dg.ConfigurableResource):
         return config
 
     def redacted_config(self) -> dict[str, Any]:
-        """:meth:`client_config` with secrets replaced by ``***`` (safe for logs and metadata)."""
-        return {
-            key: (_REDACTED if key in _SECRET_KEYS or "password" in key or "secret" in key else value)
-            for key, value in self.client_config().items()
-        }
+        """:meth:`client_config` with secrets replaced by ``***`` (safe for logs and metadata); the rule
+        is the runtime's (:func:`streaming.config.redact`)."""
+        return redact(self.client_config())
+
+    def __repr_args__(self) -> Any:
+        """``repr()`` and ``str()`` show secret fields (and secret ``client_settings``) as ``***``."""
+        for name, value in super().__repr_args__():
+            if name is not None and is_secret_key(name) and value is not None:
+                yield name, REDACTED
+            elif isinstance(value, dict):
+                yield name, redact(value)
+            else:
+                yield name, value
 
     def security_config(self) -> dict[str, Any]:
         """:meth:`client_config` without ``bootstrap.servers`` (``client_config`` of ``streaming.admin``)."""

@@ -27,7 +27,23 @@ HANDLERS = ("fail", "log_and_continue", "dead_letter")
 
 CLIENT_PREFIXES = ("consumer.", "producer.", "admin.")
 SECURITY_KEYS = re.compile(r"^(security\.protocol|sasl\.[a-z.]+|ssl\.[a-z.]+|client\.id)$")
-SECRET_KEYS = re.compile(r"(password|secret|sasl\.oauthbearer\.config|ssl\.key\.pem)", re.IGNORECASE)
+# Keys whose values are secrets, as librdkafka spells them ("sasl.password") or as Python fields do
+# ("sasl_password"). One rule for the whole project: see is_secret_key / redact.
+SECRET_KEYS = re.compile(r"(password|secret|sasl[._]oauthbearer[._]config|sasl[._]jaas[._]config|ssl[._]key[._]pem)",
+                         re.IGNORECASE)
+REDACTED = "***"
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether the value of config key ``key`` is a secret (never logged, shown or put in metadata)."""
+    return SECRET_KEYS.search(key) is not None
+
+
+def redact(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` with every secret value replaced by ``***`` (nested mappings too)."""
+    return {key: REDACTED if is_secret_key(key) and value is not None
+            else redact(value) if isinstance(value, Mapping) else value
+            for key, value in settings.items()}
 
 # Client settings Brook chooses unless the user overrides them (consumer.X / producer.X).
 CONSUMER_DEFAULTS = {
@@ -145,7 +161,7 @@ class StreamsConfig:
                 try:
                     self._values[key] = KEYS[key].convert(raw)
                 except (ValueError, TypeError, ImportError, AttributeError) as exc:
-                    shown = "***" if SECRET_KEYS.search(key) else repr(raw)
+                    shown = REDACTED if is_secret_key(key) else repr(raw)
                     raise ConfigError(f"invalid value {shown} for config key '{key}': {exc}") from None
             elif key in CONSUMER_BROOK_KEYS:
                 try:
@@ -221,7 +237,7 @@ class StreamsConfig:
         for client, settings in self._clients.items():
             shown.update({f"{client}.{k}": v for k, v in settings.items()})
         shown.update(self._security)
-        return {k: "***" if SECRET_KEYS.search(k) else v for k, v in shown.items()}
+        return redact(shown)
 
 
 def _client_value(raw: Any) -> str:

@@ -95,3 +95,24 @@ def test_kafka_resource_redacts_secrets_and_reads_env(monkeypatch: pytest.Monkey
     assert config["bootstrap.servers"] == "10.0.0.1:9092"
     assert (config["sasl.username"], config["sasl.password"]) == ("svc", "s3cret")
     assert config["security.protocol"] == "SASL_SSL"
+
+
+SECRETS = {"sasl.password": "pw-1", "ssl.key.password": "pw-2", "ssl.keystore.password": "pw-3",
+           "ssl.key.pem": "-----BEGIN PRIVATE KEY-----pem", "sasl.oauthbearer.config": "principal=p secret=oauth",
+           "sasl.oauthbearer.client.secret": "client-secret", "sasl.jaas.config": "jaas-secret"}
+
+
+def test_one_redaction_rule_for_the_resource_and_the_runtime() -> None:
+    """Issue 6, item 4: what StreamsConfig hides, the Dagster resource hides too, in redacted_config(),
+    repr() and str()."""
+    from streaming import StreamsConfig
+
+    resource = KafkaResource(bootstrap_servers="k:9093", sasl_password="pw-1", ssl_key_password="pw-2",
+                             client_settings={k: v for k, v in SECRETS.items() if k not in ("sasl.password",
+                                                                                          "ssl.key.password")})
+    streams = StreamsConfig({"application.id": "a", "bootstrap.servers": "k:9093", **SECRETS})
+    for shown in (str(resource.redacted_config()), repr(resource), str(resource), str(streams.redacted())):
+        for secret in SECRETS.values():
+            assert secret not in shown, (secret, shown)
+    assert set(resource.redacted_config()) == {"bootstrap.servers", "security.protocol", *SECRETS}
+    assert resource.client_config()["ssl.key.pem"] == SECRETS["ssl.key.pem"]  # the clients still get them
