@@ -73,6 +73,8 @@ def _int(minimum: int | None = None) -> Callable[[Any], int]:
     def convert(value: Any) -> int:
         if isinstance(value, bool):
             raise ValueError("expected an integer, got a boolean")
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"expected an integer, got {value}")
         number = int(value)
         if minimum is not None and number < minimum:
             raise ValueError(f"must be >= {minimum}")
@@ -188,6 +190,36 @@ class StreamsConfig:
             self._values[key] = spec.convert(default) if default is not None and key.startswith("default.") else default
         if self._values["commit.interval.ms"] is None:
             self._values["commit.interval.ms"] = 100 if self.exactly_once else 30000
+        self._check_client_settings()
+
+    def _check_client_settings(self) -> None:
+        """Build each client once, unconnected, so librdkafka judges every pass-through setting now (an
+        unknown key, a bad value, an unsupported SASL mechanism), not when the app starts; a failure
+        names the setting as the user wrote it."""
+        mechanism = self._security.get("sasl.mechanism", self._security.get("sasl.mechanisms"))
+        if mechanism is not None and mechanism not in SASL_MECHANISMS:
+            key = "sasl.mechanism" if "sasl.mechanism" in self._security else "sasl.mechanisms"
+            raise ConfigError(f"invalid value {mechanism!r} for config key '{key}': must be one of "
+                              f"{', '.join(SASL_MECHANISMS)}")
+        user_keys = {"consumer": [f"consumer.{k}" for k in self._clients["consumer"]],
+                     "producer": [f"producer.{k}" for k in self._clients["producer"]],
+                     "admin": [f"admin.{k}" for k in self._clients["admin"]]}
+        for client, settings in (("consumer", self.consumer_config()), ("producer", self.producer_config()),
+                                 ("admin", self.admin_config())):
+            error = _client_error(client, settings)
+            if error is None:
+                continue
+            for key in [*user_keys[client], *self._security] if "configuration property" in error else []:
+                setting = key.partition(".")[2] if key in user_keys[client] else key
+                alone = _client_error(client, {setting: settings[setting]})
+                if alone is None or "configuration property" not in alone:
+                    continue
+                if "No such configuration property" in alone:
+                    raise ConfigError(f"unknown config key '{key}': librdkafka has no setting {setting!r}")
+                shown = REDACTED if is_secret_key(key) else repr(settings[setting])
+                raise ConfigError(f"invalid value {shown} for config key '{key}': librdkafka says: {alone}")
+            raise ConfigError(f"the {client} settings are invalid together: librdkafka says: {error} "
+                              f"(settings given: {', '.join(user_keys[client] + list(self._security)) or 'none'})")
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
@@ -238,6 +270,36 @@ class StreamsConfig:
             shown.update({f"{client}.{k}": v for k, v in settings.items()})
         shown.update(self._security)
         return redact(shown)
+
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER")
+# The smallest config each client type accepts; probes never name a broker, so nothing connects.
+_CLIENT_BASE: dict[str, dict[str, str]] = {"consumer": {"group.id": "config-check"}, "producer": {}, "admin": {}}
+
+
+def _client_error(client: str, settings: Mapping[str, str]) -> str | None:
+    """What librdkafka says when building a ``client`` with ``settings`` (no bootstrap: it never connects),
+    or None if it accepts them. Its warnings go nowhere: the real clients log them."""
+    import logging
+
+    from confluent_kafka import Consumer, KafkaException, Producer
+    from confluent_kafka.admin import AdminClient
+
+    silent = logging.getLogger("streaming.config.probe")
+    silent.propagate = False
+    silent.addHandler(logging.NullHandler())
+    probe = {**_CLIENT_BASE[client], **{k: v for k, v in settings.items() if k != "bootstrap.servers"},
+             "logger": silent}
+    try:
+        if client == "consumer":
+            Consumer(probe).close()
+        elif client == "producer":
+            Producer(probe)
+        else:
+            AdminClient(probe)
+    except KafkaException as exc:
+        return exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+    return None
 
 
 def _client_value(raw: Any) -> str:

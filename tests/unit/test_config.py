@@ -98,11 +98,11 @@ def test_non_string_key() -> None:
 
 
 def test_client_settings_pass_through() -> None:
-    cfg = StreamsConfig({**BASE, "consumer.fetch.max.bytes": 1024, "consumer.auto.offset.reset": "latest",
+    cfg = StreamsConfig({**BASE, "consumer.fetch.max.bytes": 2_000_000, "consumer.auto.offset.reset": "latest",
                          "producer.linger.ms": 20, "producer.enable.idempotence": False,
                          "admin.request.timeout.ms": "3000", "consumer.max.poll.records": 500})
     consumer = cfg.consumer_config()
-    assert consumer["fetch.max.bytes"] == "1024"
+    assert consumer["fetch.max.bytes"] == "2000000"
     assert consumer["auto.offset.reset"] == "latest"  # overrides Brook's default
     assert consumer["group.id"] == "app"
     assert consumer["enable.auto.commit"] == "false"
@@ -162,3 +162,43 @@ def test_secret_values_do_not_appear_in_errors() -> None:
         assert "hunter2" not in str(exc)
     else:  # pragma: no cover
         pytest.fail("expected a ConfigError")
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"consumer.fetch.max.bytes": "lots"}, "invalid value 'lots' for config key 'consumer.fetch.max.bytes'"),
+    ({"consumer.fetch.max.byts": 1}, "unknown config key 'consumer.fetch.max.byts'"),
+    ({"sasl.passwd": "x"}, "unknown config key 'sasl.passwd'"),
+    ({"sasl.mechanism": "NOPE"}, "invalid value 'NOPE' for config key 'sasl.mechanism'"),
+    ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"},
+     "consumer settings are invalid together.*sasl.username.*security.protocol, sasl.mechanism"),
+    ({"producer.linger.ms": "soon"}, "config key 'producer.linger.ms'"),
+    ({"producer.acks": "1"}, "producer settings are invalid together.*acks.*producer.acks"),
+    ({"admin.socket.timeout.ms": "x"}, "config key 'admin.socket.timeout.ms'"),
+])
+def test_client_settings_are_judged_at_construction(extra: dict, message: str) -> None:
+    """Issue 6, item 9: librdkafka judges pass-through settings in the constructor (Kafka Streams builds its
+    clients there), with a ConfigError naming the key, not a raw KafkaException in start()."""
+    with pytest.raises(ConfigError, match=message):
+        StreamsConfig({**BASE, **extra})
+
+
+def test_a_secret_in_a_bad_client_setting_is_not_shown() -> None:
+    with pytest.raises(ConfigError) as caught:
+        StreamsConfig({**BASE, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                       "sasl.username": "u", "sasl.password": "hunter2", "consumer.fetch.max.bytes": "lots"})
+    assert "hunter2" not in str(caught.value)
+
+
+def test_fractional_integers_are_refused_not_truncated() -> None:
+    with pytest.raises(ConfigError, match="'commit.interval.ms'.*expected an integer"):
+        StreamsConfig({**BASE, "commit.interval.ms": 1.9})
+    assert StreamsConfig({**BASE, "commit.interval.ms": 2.0})["commit.interval.ms"] == 2
+
+
+def test_kafka_streams_refuses_bad_client_settings_in_its_constructor() -> None:
+    from streaming import KafkaStreams, StreamsBuilder
+
+    builder = StreamsBuilder()
+    builder.stream("in").to("out")
+    with pytest.raises(ConfigError, match="'consumer.fetch.max.bytes'"):
+        KafkaStreams(builder.build(), {**BASE, "consumer.fetch.max.bytes": "lots"})
