@@ -268,8 +268,12 @@ class InteractiveQueries:
         topic = create_metadata_topic(self._config.application_id, self._config.admin_config())
         self._publisher = AssignmentPublisher(self._config.producer_config(), topic, self.host, self.assignment)
         self._publisher.start()
-        with self._reader_lock:
-            self._reader = AssignmentReader(self._config.consumer_config(), topic)
+        try:
+            with self._reader_lock:
+                self._reader = AssignmentReader(self._config.consumer_config(), topic)
+        except BaseException:
+            self.close()  # the publisher announced this host: take it back (tombstone) and stop its thread
+            raise
 
     def on_thread_state(self) -> None:
         """A stream thread changed state (assignment, restore, shutdown): announce soon."""

@@ -130,23 +130,33 @@ class KafkaStreams:
         """Check topics, then start the stream threads (non-blocking)."""
         if self._state is not State.CREATED:
             raise StreamsError(f"start() called in state {self._state.value}; a KafkaStreams starts once")
-        counts = self.check_topics()
-        counts.update(create_internal_topics(self.topology, self.config.application_id,
-                                             self.config.admin_config(), counts))
-        topology = self._start_global_stream_thread(counts)  # global tables are complete before processing
         try:
+            counts = self.check_topics()
+            counts.update(create_internal_topics(self.topology, self.config.application_id,
+                                                 self.config.admin_config(), counts))
+            topology = self._start_global_stream_thread(counts)  # global tables are complete before processing
             self._start_interactive_queries(counts)
+            for i in range(self.config["num.stream.threads"]):
+                self._threads.append(StreamThread(f"{self.config.application_id}-StreamThread-{i + 1}", topology,
+                                                  self.config, self._on_thread_state, self._restore_listener,
+                                                  counts))
         except BaseException:
-            self._stop_global_stream_thread(time.monotonic() + 30)
+            self._abort_start()
             raise
-        count = self.config["num.stream.threads"]
-        self._threads = [StreamThread(f"{self.config.application_id}-StreamThread-{i + 1}", topology,
-                                      self.config, self._on_thread_state, self._restore_listener, counts)
-                         for i in range(count)]
         self._thread_states = {t.name: "STARTING" for t in self._threads}
         self._set_state(State.REBALANCING)
         for thread in self._threads:
             thread.start()
+
+    def _abort_start(self) -> None:
+        """``start()`` failed: stop what it started (HTTP server, announcements, global thread, the stream
+        threads' clients) and end NOT_RUNNING, so nothing outlives the failure and close() has nothing left."""
+        self._stop_interactive_queries()
+        self._stop_global_stream_thread(time.monotonic() + 30)
+        for thread in self._threads:
+            thread.discard()
+        self._threads = []
+        self._set_state(State.NOT_RUNNING)
 
     def close(self, timeout: float | None = None) -> bool:
         """Stop processing: commit, close tasks and leave the group. True if done within ``timeout`` s."""

@@ -62,6 +62,12 @@ class StreamThread(threading.Thread):
         """Ask the loop to stop after the current batch; it then commits and closes cleanly."""
         self._stopping.set()
 
+    def discard(self) -> None:
+        """Close the clients of a thread that was never started (its instance failed to start)."""
+        self.consumer.close()
+        self.changelog_reader.close()
+        self.collector.close()
+
     def run(self) -> None:
         try:
             self.consumer.subscribe(self.tasks.source_topics(), on_assign=self._on_assign,

@@ -244,3 +244,33 @@ def test_standby_hosts_come_from_the_announcements(bootstrap: str, unique_name: 
             assert not set(health["active_tasks"]) & set(health["standby_tasks"])
     finally:
         assert all(app.close(30) for app in apps)
+
+
+def test_a_failed_start_leaves_nothing_running(bootstrap: str, unique_name: str, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 6, item 10: when start() fails after the metadata publisher started, the publisher stops and
+    takes its announcement back (tombstone), the HTTP port is released, and the instance ends NOT_RUNNING."""
+    import threading
+
+    from streaming.runtime import interactive_queries
+    from streaming.testing.kafka import read_topic
+
+    def broken_reader(*args: Any, **kwargs: Any) -> None:
+        raise StreamsError("metadata reader cannot start (injected)")
+
+    monkeypatch.setattr(interactive_queries, "AssignmentReader", broken_reader)
+    topic = f"{unique_name}-in"
+    create_topics(bootstrap, {topic: PARTITIONS})
+    port = free_port()
+    app = KafkaStreams(counting_topology(topic), config(bootstrap, unique_name, tmp_path, port))
+    with pytest.raises(StreamsError, match="injected"):
+        app.start()
+    assert app.state is State.NOT_RUNNING
+    assert [t.name for t in threading.enumerate() if t.name.endswith("-publisher")] == []
+    announcements = read_topic(bootstrap, f"{unique_name}-metadata", Serdes.String(), Serdes.Bytes(), 1)
+    assert announcements and announcements[-1].value is None  # the host's announcement, then its tombstone
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))  # the HTTP port is free again
+    assert app.close(5)
+    with pytest.raises(StreamsError, match="starts once"):
+        app.start()
