@@ -64,16 +64,15 @@ class KTable:
     def filter(self, predicate: Callable[[Any, Any], Any], name: str | None = None) -> KTable:
         """The rows for which ``predicate(key, value)`` holds.
 
-        On an update: a passing value is forwarded; a value that stops passing forwards a delete
-        (``to_stream()`` shows ``(key, None)``); a value that did not pass and still does not forwards
-        nothing. Deletes of passing rows are forwarded as deletes.
+        As in Kafka Streams: a passing value is forwarded, and an update that does not pass forwards a
+        delete (``to_stream()`` shows ``(key, None)``), whether or not the key passed before — inputs
+        1, 7, 2 with ``v > 5`` give ``(a, None), (a, 7), (a, None)``. Only when a later operation needs
+        old values (``group_by``) is an update that neither passes nor replaces a passing value dropped.
         """
-        self._enable_sending_old_values()  # the filter compares the old value to know what to delete
         return self._then("FILTER", TableFilter(predicate, negate=False), name, self.value_serde)
 
     def filter_not(self, predicate: Callable[[Any, Any], Any], name: str | None = None) -> KTable:
         """The rows for which ``predicate(key, value)`` does not hold (see :meth:`filter`)."""
-        self._enable_sending_old_values()
         return self._then("FILTER", TableFilter(predicate, negate=True), name, self.value_serde)
 
     def map_values(self, mapper: Callable[..., Any], name: str | None = None) -> KTable:

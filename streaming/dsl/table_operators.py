@@ -16,11 +16,13 @@ from streaming.topology.nodes import Emit
 
 
 class TableFilter:
-    """Keeps the values for which ``predicate(key, value)`` holds (or fails, ``negate``).
+    """Keeps the values for which ``predicate(key, value)`` holds (or fails, ``negate``); Kafka Streams'
+    KTableFilter.
 
-    Old values always come in (the filter asks its parent for them), so an update that makes a value
-    stop passing forwards a delete, and an update that neither passes nor replaces a passing value
-    forwards nothing.
+    Without old values (nothing downstream asked for them) every update is forwarded: its value when it
+    passes, else a delete — so ``to_stream()`` shows ``(key, None)`` for each dropped update, even for a
+    key that never passed. With old values (``send_old_values``, asked by e.g. ``group_by``), the old
+    value is filtered too, and an update whose new and old values both fail forwards nothing.
     """
 
     def __init__(self, predicate: Callable[[Any, Any], Any], negate: bool) -> None:
@@ -30,9 +32,15 @@ class TableFilter:
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         downstream, predicate, negate = fan_out(list(children.values())), self.predicate, self.negate
-        send_old = self.send_old_values
+        if not self.send_old_values:
+            def table_filter(key: Any, change: Change, timestamp: int, headers: Any) -> None:
+                new = change[0]
+                if new is not None and bool(predicate(key, new)) is negate:
+                    new = None
+                downstream(key, Change(new, None), timestamp, headers)
+            return table_filter
 
-        def table_filter(key: Any, change: Change, timestamp: int, headers: Any) -> None:
+        def table_filter_with_old_values(key: Any, change: Change, timestamp: int, headers: Any) -> None:
             new, old = change
             if new is not None and bool(predicate(key, new)) is negate:
                 new = None
@@ -40,8 +48,8 @@ class TableFilter:
                 old = None
             if new is None and old is None:
                 return
-            downstream(key, Change(new, old if send_old else None), timestamp, headers)
-        return table_filter
+            downstream(key, Change(new, old), timestamp, headers)
+        return table_filter_with_old_values
 
 
 class TableMapValues:

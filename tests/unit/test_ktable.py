@@ -90,14 +90,39 @@ UPDATES = [("a", 5), ("a", 20), ("a", 30), ("a", 1), ("a", 2), ("a", None), ("b"
            ("c", 15)]
 
 
-def test_filter_forwards_a_delete_when_a_row_stops_passing_and_nothing_for_rows_that_never_passed() -> None:
+def test_filter_forwards_a_delete_for_every_update_that_does_not_pass() -> None:
+    """Kafka Streams' KTableFilter without old values: each update forwards its value or a delete."""
     out, _ = run_table(lambda t: t.filter(lambda k, v: v > 10), UPDATES)
-    assert out == [("a", 20), ("a", 30), ("a", None), ("b", 50), ("b", None), ("c", 99), ("c", 15)]
+    assert out == [("a", None), ("a", 20), ("a", 30), ("a", None), ("a", None), ("a", None), ("b", 50), ("b", None),
+                   ("c", 99), ("c", 15)]
+
+
+def test_filter_tombstones_as_in_kafka_streams() -> None:
+    """Issue 6, item 8: inputs 1, 7, 2 with ``v > 5`` give (a, None), (a, 7), (a, None)."""
+    out, _ = run_table(lambda t: t.filter(lambda k, v: v > 5), [("a", 1), ("a", 7), ("a", 2)])
+    assert out == [("a", None), ("a", 7), ("a", None)]
+
+
+def test_filter_with_old_values_skips_updates_that_neither_pass_nor_replace_a_passing_value() -> None:
+    """When a later operation needs old values (group_by), an update whose new and old values both fail
+    forwards nothing; one that stops passing is subtracted from its group."""
+    builder = StreamsBuilder()
+    (builder.table("in", key_serde=String, value_serde=Long, materialized="t")
+     .filter(lambda k, v: v > 5)
+     .group_by(lambda k, v: ("all", v), key_serde=String, value_serde=Long)
+     .count(materialized="passing").to_stream().to("out", value_serde=Long))
+    with TopologyTestDriver(builder.build(), CONFIG) as driver:
+        inp = driver.create_input_topic("in", String, Long)
+        for key, value in [("a", 1), ("a", 7), ("a", 2), ("b", 9), ("b", 3), ("c", 1)]:
+            inp.pipe_input(key, value)
+        assert driver.create_output_topic("out", String, Long).read_values_to_list() == [1, 0, 1, 0]
+        assert driver.get_key_value_store("passing").get("all") == 0
 
 
 def test_filter_not_is_the_complement() -> None:
     out, _ = run_table(lambda t: t.filter_not(lambda k, v: v > 10), UPDATES)
-    assert out == [("a", 5), ("a", None), ("a", 1), ("a", 2), ("a", None)]
+    assert out == [("a", 5), ("a", None), ("a", None), ("a", 1), ("a", 2), ("a", None), ("b", None), ("b", None),
+                   ("c", None), ("c", None)]
 
 
 def test_filter_with_a_truthy_non_bool_predicate() -> None:
@@ -115,7 +140,7 @@ def test_map_values_maps_updates_and_keeps_deletes() -> None:
 def test_chained_filter_and_map_values() -> None:
     out, _ = run_table(lambda t: t.map_values(lambda v: v * 2).filter(lambda k, v: v > 10).map_values(lambda v: v + 1),
                        [("a", 3), ("a", 6), ("a", 4), ("b", 100)])
-    assert out == [("a", 13), ("a", None), ("b", 201)]
+    assert out == [("a", None), ("a", 13), ("a", None), ("b", 201)]
 
 
 def test_table_operations_return_tables_without_their_own_store() -> None:
