@@ -105,14 +105,9 @@ class TestOutputTopic:
     read_key_values_to_list = read_key_values
 
     def read_key_values_to_map(self) -> dict[Any, Any]:
-        """The last value per key; a ``None`` value (tombstone) removes the key."""
-        result: dict[Any, Any] = {}
-        for key, value in self.read_key_values():
-            if value is None:
-                result.pop(key, None)
-            else:
-                result[key] = value
-        return result
+        """The last value per key, as Kafka Streams' ``readKeyValuesToMap``: a key whose latest value is a
+        tombstone stays in the map with ``None``."""
+        return dict(self.read_key_values())
 
     def get_queue_size(self) -> int:
         return len(self._records)

@@ -291,10 +291,11 @@ def test_read_key_values(passthrough: Any) -> None:
     assert out.is_empty()
 
 
-def test_read_key_values_to_map_applies_tombstones(passthrough: Any) -> None:
+def test_read_key_values_to_map_keeps_the_latest_value_tombstones_included(passthrough: Any) -> None:
+    """As Kafka Streams' readKeyValuesToMap: a key whose latest value is null maps to None (issue 6)."""
     inp, out, _ = passthrough
     inp.pipe_key_value_list([("a", 1), ("b", 2), ("a", 3), ("b", None), ("c", None), ("d", 4)])
-    assert out.read_key_values_to_map() == {"a": 3, "d": 4}
+    assert out.read_key_values_to_map() == {"a": 3, "b": None, "c": None, "d": 4}
     assert out.is_empty()
 
 
