@@ -370,17 +370,35 @@ class StreamTask:
         self.commit_requested = False
 
     def suspend(self) -> None:
-        """Close the processors (they may still forward from ``close()``); the caller commits after this."""
-        for name, processor in reversed(self._processors):
+        """Close the processors cleanly (revocation, shutdown); the caller commits after this.
+
+        As Kafka Streams: the stores' caches are flushed first, so cached results reach downstream while
+        every processor is still open. Then the processors close upstream first, and the caches are
+        flushed again after each ``close()``, so what a processor forwards or writes while closing reaches
+        nodes that are still open. The commit that follows covers those records too.
+        """
+        self._flush_caches()
+        self._close_processors(flush_after_each=True)
+
+    def _flush_caches(self) -> None:
+        for store in self.stores.values():
+            store.flush()
+
+    def _close_processors(self, flush_after_each: bool) -> None:
+        # _processors is in post-order (children are built first), so reversed() is upstream first.
+        processors, self._processors = self._processors, []
+        for name, processor in reversed(processors):
             try:
                 processor.close()
             except Exception:
                 log.exception("task %s: processor %r failed to close", self.id, name)
-        self._processors.clear()
+            if flush_after_each:
+                self._flush_caches()
 
     def close(self) -> None:
-        """Close processors (unless suspended), then stores. Errors are logged so everything gets closed."""
-        self.suspend()
+        """Close processors (unless suspended, and without flushing: a dirty close keeps nothing cached),
+        then stores. Errors are logged so everything gets closed."""
+        self._close_processors(flush_after_each=False)
         for name, store in self.stores.items():
             try:
                 if store.is_open:

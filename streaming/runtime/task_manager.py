@@ -149,8 +149,9 @@ class TaskManager:
         self._close_clean(list(self.tasks.values()), commit)
 
     def _close_clean(self, tasks: list[StreamTask], commit: Callable[[list[StreamTask]], None]) -> None:
-        """As Kafka Streams: suspend (close processors, which may still forward), commit, close the
-        stores (RocksDB flushes its memtables), then checkpoint what the local state files cover."""
+        """As Kafka Streams: flush caches and close the processors (``task.suspend``: cached results
+        reach every processor before any closes; what ``close()`` forwards is flushed too), commit, close
+        the stores (RocksDB flushes its memtables), then checkpoint what the local state files cover."""
         for task in tasks:
             task.suspend()
         if tasks:

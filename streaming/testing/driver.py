@@ -196,14 +196,22 @@ class TopologyTestDriver:
         return {"dropped_records": sum(task.dropped_records for task in self._tasks) + self._global.skipped}
 
     def close(self) -> None:
-        """Close processors and stores, and remove the driver's temporary state directory."""
+        """Close cleanly, as a worker does: flush caches, close processors (what they forward on close is
+        still written to the output topics), close stores; then remove the temporary state directory."""
+        failure: BaseException | None = None
         for task in self._tasks:
+            try:
+                task.suspend()
+            except BaseException as exc:  # close every task anyway; report the first failure
+                failure = failure or exc
             task.close()
         self._tasks.clear()
         self._global.close()
         if self._state_dir is not None:
             shutil.rmtree(self._state_dir, ignore_errors=True)
             self._state_dir = None
+        if failure is not None:
+            raise failure
 
     def __enter__(self) -> TopologyTestDriver:
         return self

@@ -148,3 +148,65 @@ def test_unknown_config_key_fails_at_construction(bootstrap: str) -> None:
     with pytest.raises(ConfigError, match="'commit.interval.msec'.*Did you mean 'commit.interval.ms'"):
         KafkaStreams(builder.build(), {"application.id": "x", "bootstrap.servers": bootstrap,
                                        "commit.interval.msec": 100})
+
+
+class ReleasingProcessor:
+    """Forwards counts; releases a resource in close() and forwards a marker there. A process() after
+    close() is the bug of issue 6 item 1: it raises, which kills the stream thread."""
+
+    def init(self, context) -> None:  # type: ignore[no-untyped-def]
+        self.context = context
+        self.released = False
+
+    def process(self, record) -> None:  # type: ignore[no-untyped-def]
+        if self.released:
+            raise RuntimeError("process() called after close()")
+        self.context.forward(record)
+
+    def close(self) -> None:
+        from streaming.processor import Record
+
+        self.released = True
+        self.context.forward(Record(f"closed-{self.context.task_id}", -1, 0))
+
+
+def test_close_and_revoke_flush_caches_before_closing_processors(bootstrap: str, unique_name: str) -> None:
+    """Issue 6, item 1: cached aggregation results reach a user processor before its close(), on a plain
+    close() and when a second instance joins (revocation); what close() forwards is written out."""
+    source, sink = f"{unique_name}-in", f"{unique_name}-out"
+    create_topics(bootstrap, {source: PARTITIONS, sink: PARTITIONS})
+    builder = StreamsBuilder()
+    (builder.stream(source, key_serde=Serdes.String(), value_serde=Serdes.Json())
+     .group_by_key().count(materialized="counts")  # cached: results wait for the commit
+     .to_stream().process(ReleasingProcessor).to(sink, key_serde=Serdes.String(), value_serde=Serdes.Long()))
+    topology = builder.build()
+    records = sequenced(2_000, 50)
+    ends = produce(bootstrap, source, records, Serdes.String(), Serdes.Json())
+    config = streams_config(bootstrap, unique_name, **{"commit.interval.ms": 600_000})  # only close/revoke commit
+
+    a = KafkaStreams(topology, config)
+    a.start()
+    try:
+        wait_for(lambda: a.metrics()["records_processed"] == len(records), 60, "A to consume every record")
+        b = KafkaStreams(topology, config)
+        b.start()  # A's tasks are revoked: flushed and committed, then closed
+        try:
+            wait_for(lambda: a.metrics()["tasks"] and b.metrics()["tasks"]
+                     and len(a.metrics()["tasks"]) + len(b.metrics()["tasks"]) == PARTITIONS, 60,
+                     "both instances to own tasks")
+            assert a.exception is None, a.exception
+        finally:
+            assert b.close(30)
+        assert b.exception is None, b.exception
+    finally:
+        assert a.close(30)
+    assert a.exception is None, a.exception
+    out = read_topic(bootstrap, sink, Serdes.String(), Serdes.Long(), PARTITIONS)
+    final = {}
+    for record in out:
+        if not record.key.startswith("closed-"):
+            final[record.key] = record.value
+    assert final == collections.Counter(r.key for r in records)  # every cached count reached the output
+    markers = {r.key for r in out if r.key.startswith("closed-")}
+    assert markers == {f"closed-0_{p}" for p in range(PARTITIONS)}  # each task's close() output was written
+    assert committed_offsets(bootstrap, unique_name, source, PARTITIONS) == ends  # and its input committed
