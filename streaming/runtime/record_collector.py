@@ -48,17 +48,19 @@ class KafkaRecordCollector:
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
              partition: int = UNASSIGNED) -> None:
+        # Keywords, not positions: confluent-kafka's produce() takes (topic, value, key, partition,
+        # callback, on_delivery, timestamp, ...), so a sixth positional argument is NOT the timestamp.
         try:
             if headers is None:
-                self._produce(topic, value, key, partition, None, timestamp)
+                self._produce(topic, value, key, partition, timestamp=timestamp)
             else:
-                self._produce(topic, value, key, partition, None, timestamp, headers=headers)
+                self._produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
         except BufferError:
             # The producer queue is full: serve delivery reports until there is room, then send.
             while True:
                 self.producer.poll(0.05)
                 try:
-                    self._produce(topic, value, key, partition, None, timestamp, headers=headers)
+                    self._produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
                     break
                 except BufferError:
                     continue

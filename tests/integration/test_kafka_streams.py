@@ -210,3 +210,33 @@ def test_close_and_revoke_flush_caches_before_closing_processors(bootstrap: str,
     markers = {r.key for r in out if r.key.startswith("closed-")}
     assert markers == {f"closed-0_{p}" for p in range(PARTITIONS)}  # each task's close() output was written
     assert committed_offsets(bootstrap, unique_name, source, PARTITIONS) == ends  # and its input committed
+
+
+def test_outputs_changelogs_and_repartition_topics_keep_record_timestamps(bootstrap: str, unique_name: str) -> None:
+    """Every record Brook produces carries its record's timestamp, not the producer's clock (the collector
+    once passed the timestamp in confluent-kafka's on_delivery position)."""
+    source, passthrough, counts = f"{unique_name}-in", f"{unique_name}-pass", f"{unique_name}-counts"
+    create_topics(bootstrap, {source: 2, passthrough: 2, counts: 2})
+    builder = StreamsBuilder()
+    stream = builder.stream(source, key_serde=Serdes.String(), value_serde=Serdes.Long())
+    stream.to(passthrough, value_serde=Serdes.Long())
+    (stream.group_by(lambda k, v: f"g{v % 2}", key_serde=Serdes.String(), name="by-parity")
+     .count(materialized="per-parity").to_stream().to(counts, value_serde=Serdes.Long()))
+    records = [GeneratedRecord(f"k{i}", i, 5_000 + 1_000 * i) for i in range(10)]
+    produce(bootstrap, source, records, Serdes.String(), Serdes.Long())
+    app = KafkaStreams(builder.build(), streams_config(bootstrap, unique_name, **{"commit.interval.ms": 100}))
+    app.start()
+    try:
+        wait_for(lambda: sorted(r.value for r in read_topic(bootstrap, counts, Serdes.String(), Serdes.Long(),
+                                                              2))[-2:] == [5, 5], 60, "final counts")
+    finally:
+        assert app.close(30)
+    sent = {r.key: r.timestamp for r in records}
+    assert {r.key: r.timestamp for r in read_topic(bootstrap, passthrough, Serdes.String(), Serdes.Long(), 2)} == sent
+    repartitioned = read_topic(bootstrap, f"{unique_name}-by-parity-repartition", Serdes.String(), Serdes.Long(), 2)
+    assert sorted(r.timestamp for r in repartitioned) == sorted(sent.values())
+    final = {r.key: r.timestamp for r in sorted(read_topic(bootstrap, counts, Serdes.String(), Serdes.Long(), 2),
+                                                  key=lambda r: r.offset)}
+    assert final == {"g0": 13_000, "g1": 14_000}  # the newest record of each group
+    changelog = read_topic(bootstrap, f"{unique_name}-per-parity-changelog", Serdes.String(), Serdes.Long(), 2)
+    assert max(r.timestamp for r in changelog) == 14_000
