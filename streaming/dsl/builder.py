@@ -57,7 +57,7 @@ class StreamsBuilder:
         return KStream(self, node, key_serde, value_serde)
 
     def _table_parts(self, topic: str, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,
-                     materialized: Materialized | str | None, name: str | None
+                     materialized: Materialized | str | None, name: str | None, timestamped: bool
                      ) -> tuple[str, Serde[Any] | None, Serde[Any] | None, StoreBuilder, str, str]:
         """What a table and a global table both need: the store's name, serdes and builder, and the
         names of the source node and of the node that updates the store."""
@@ -66,8 +66,8 @@ class StreamsBuilder:
         key_serde, value_serde = key_serde or spec.key_serde, value_serde or spec.value_serde
         source = self._new_name("SOURCE")
         node = name or self._new_name("SOURCE", prefix="KTABLE")
-        return store_name, key_serde, value_serde, make_store_builder(spec, store_name, key_serde, value_serde), \
-            source, node
+        store = make_store_builder(spec, store_name, key_serde, value_serde, timestamped)
+        return store_name, key_serde, value_serde, store, source, node
 
     def table(self, topic: str, key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
               materialized: Materialized | str | None = None, timestamp_extractor: TimestampExtractor | None = None,
@@ -83,7 +83,7 @@ class StreamsBuilder:
         skipped and counted.
         """
         store_name, key_serde, value_serde, store, source, node = self._table_parts(
-            topic, key_serde, value_serde, materialized, name)
+            topic, key_serde, value_serde, materialized, name, timestamped=True)
         self.topology.add_state_store(store)
         self.topology.add_source(source, topic, key_serde=key_serde, value_serde=value_serde,
                                  timestamp_extractor=timestamp_extractor, offset_reset=offset_reset)
@@ -104,7 +104,7 @@ class StreamsBuilder:
         Processors read it with ``context.get_state_store(table.queryable_store_name)``; writes raise.
         """
         store_name, key_serde, value_serde, store, source, processor = self._table_parts(
-            topic, key_serde, value_serde, materialized, name)
+            topic, key_serde, value_serde, materialized, name, timestamped=False)
         self.topology.add_global_store(store, topic, source_name=source, processor_name=processor)
         return GlobalKTable(topic, store_name, key_serde, value_serde)
 

@@ -90,16 +90,17 @@ def as_materialized(spec: Materialized | str | None) -> Materialized:
 
 
 def make_store_builder(materialized: Materialized, name: str, key_serde: Serde[Any] | None,
-                  value_serde: Serde[Any] | None) -> KeyValueStoreBuilder:
-    """The store builder ``materialized`` describes, named ``name``; its own serdes win over the given ones."""
+                       value_serde: Serde[Any] | None, timestamped: bool = True) -> KeyValueStoreBuilder:
+    """The store builder ``materialized`` describes, named ``name``; its own serdes win over the given ones.
+    Tables and aggregations keep timestamps (Kafka Streams' timestamped stores); global tables do not."""
     if materialized.supplier is not None:
         supplier = materialized.supplier
     elif materialized.store_type == "in_memory":
         supplier = Stores.in_memory_key_value_store(name)
     else:
         supplier = Stores.persistent_key_value_store(name)
-    builder = Stores.key_value_store_builder(supplier, materialized.key_serde or key_serde,
-                                             materialized.value_serde or value_serde)
+    builder = KeyValueStoreBuilder(supplier, materialized.key_serde or key_serde,
+                                   materialized.value_serde or value_serde, timestamped=timestamped)
     if materialized.logging_enabled:
         builder.with_logging_enabled(dict(materialized.log_config))
     else:

@@ -30,8 +30,8 @@ class _Materializing:
         store = context.get_state_store(self.store_name)
         downstream = fan_out(list(children.values()))
 
-        def on_flush(key: Any, new: Any, old: Any, timestamp: int) -> None:
-            downstream(key, Change(new, old), timestamp, None)
+        def on_flush(key: Any, new: Any, old: Any, timestamp: int, headers: Any) -> None:
+            downstream(key, Change(new, old), timestamp, headers)
         cached = store.set_flush_listener(on_flush, self.send_old_values)
         return store, downstream, cached
 
@@ -42,7 +42,9 @@ class StreamAggregate(_Materializing):
     A record with a None key or value is skipped (counted in the task's ``dropped_records``).
     ``reduce``: the first value of a key is its aggregate, later ones ``reducer(aggregate, value)``.
     ``aggregate``: ``aggregator(key, value, aggregate)``, starting from ``initializer()``. An aggregate
-    of None deletes the key (and forwards a delete).
+    of None deletes the key (and forwards a delete). The aggregate's timestamp is the highest timestamp
+    of the records it aggregates — ``max(record timestamp, previous aggregate's)`` — so an out-of-order
+    record never moves a result back in time; it is stored with the aggregate and is the output's.
     """
 
     def __init__(self, store_name: str, kind: str, initializer: Callable[[], Any] | None = None,
@@ -56,7 +58,7 @@ class StreamAggregate(_Materializing):
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         store, downstream, cached = self._connect(children, context)
-        get, put, drop = store.get, store.put, context.record_dropped
+        get, put, drop = store.get_with_timestamp, store.put_with_timestamp, context.record_dropped
         send_old = self.send_old_values
         initializer, function = self.initializer, self.function
 
@@ -66,10 +68,15 @@ class StreamAggregate(_Materializing):
                     drop("null key" if key is None else "null value")
                     return
                 old = get(key)
-                new = 1 if old is None else old + 1
-                put(key, new)
+                if old is None:
+                    new = 1
+                else:
+                    new = old[0] + 1
+                    timestamp = max(timestamp, old[1])
+                put(key, new, timestamp, headers)
                 if not cached:
-                    downstream(key, Change(new, old if send_old else None), timestamp, headers)
+                    downstream(key, Change(new, old[0] if send_old and old is not None else None), timestamp,
+                               headers)
             return count
 
         if self.kind == "reduce":
@@ -78,10 +85,15 @@ class StreamAggregate(_Materializing):
                     drop("null key" if key is None else "null value")
                     return
                 old = get(key)
-                new = value if old is None else function(old, value)  # type: ignore[misc]
-                put(key, new)
+                if old is None:
+                    new = value
+                else:
+                    new = function(old[0], value)  # type: ignore[misc]
+                    timestamp = max(timestamp, old[1])
+                put(key, new, timestamp, headers)
                 if not cached and (new is not None or old is not None):
-                    downstream(key, Change(new, old if send_old else None), timestamp, headers)
+                    downstream(key, Change(new, old[0] if send_old and old is not None else None), timestamp,
+                               headers)
             return reduce
 
         def aggregate(key: Any, value: Any, timestamp: int, headers: Any) -> None:
@@ -89,10 +101,14 @@ class StreamAggregate(_Materializing):
                 drop("null key" if key is None else "null value")
                 return
             old = get(key)
-            new = function(key, value, initializer() if old is None else old)  # type: ignore[misc]
-            put(key, new)
+            if old is None:
+                new = function(key, value, initializer())  # type: ignore[misc]
+            else:
+                new = function(key, value, old[0])  # type: ignore[misc]
+                timestamp = max(timestamp, old[1])
+            put(key, new, timestamp, headers)
             if not cached and (new is not None or old is not None):
-                downstream(key, Change(new, old if send_old else None), timestamp, headers)
+                downstream(key, Change(new, old[0] if send_old and old is not None else None), timestamp, headers)
         return aggregate
 
 
@@ -100,12 +116,13 @@ class TableSource(_Materializing):
     """A table's updates from a topic (or a stream): the latest value per key, ``None`` deleting it.
 
     A record with a None key is skipped (counted); a tombstone for a key the table does not have
-    changes nothing and forwards nothing.
+    changes nothing and forwards nothing. Each value is stored with its record's timestamp (Kafka
+    Streams' KTableSource), which is the update's timestamp downstream.
     """
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         store, downstream, cached = self._connect(children, context)
-        get, put, drop = store.get, store.put, context.record_dropped
+        get, put, drop = store.get, store.put_with_timestamp, context.record_dropped
         send_old = self.send_old_values
 
         def table_source(key: Any, value: Any, timestamp: int, headers: Any) -> None:
@@ -115,7 +132,7 @@ class TableSource(_Materializing):
             old = get(key)
             if value is None and old is None:
                 return
-            put(key, value)
+            put(key, value, timestamp, headers)
             if not cached:
                 downstream(key, Change(value, old if send_old else None), timestamp, headers)
         return table_source
@@ -128,7 +145,8 @@ class TableAggregate(_Materializing):
     :mod:`streaming.dsl.change`): the old value is subtracted from the group's aggregate, if it has
     one, then the new value is added (``aggregate``: from ``initializer()`` when the group has none;
     ``reduce``: the new value itself). A group whose members all left keeps its aggregate (a count of
-    0), as in Kafka Streams; an aggregate of None deletes the group.
+    0), as in Kafka Streams; an aggregate of None deletes the group. The aggregate's timestamp is
+    ``max(record timestamp, previous aggregate's)``, as in Kafka Streams' KTableAggregate.
     """
 
     def __init__(self, store_name: str, kind: str, value_serde: Serde[Any] | None,
@@ -145,7 +163,7 @@ class TableAggregate(_Materializing):
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         store, downstream, cached = self._connect(children, context)
-        get, put, drop = store.get, store.put, context.record_dropped
+        get, put, drop = store.get_with_timestamp, store.put_with_timestamp, context.record_dropped
         send_old = self.send_old_values
         value_of = (self.value_serde or context.default_value_serde).deserialize
         initializer, adder, subtractor = self.initializer, self.adder, self.subtractor
@@ -156,7 +174,11 @@ class TableAggregate(_Materializing):
                 drop("null key" if key is None else "null value")
                 return
             new_raw, old_raw = decode_change(data)
-            old = get(key)
+            previous = get(key)
+            old = None
+            if previous is not None:
+                old = previous[0]
+                timestamp = max(timestamp, previous[1])
             aggregate = old
             if is_reduce:
                 if old_raw is not None and aggregate is not None:
@@ -172,7 +194,7 @@ class TableAggregate(_Materializing):
                                       initializer() if aggregate is None else aggregate)  # type: ignore[misc]
             if aggregate is None and old is None:
                 return
-            put(key, aggregate)
+            put(key, aggregate, timestamp, headers)
             if not cached:
                 downstream(key, Change(aggregate, old if send_old else None), timestamp, headers)
         return table_aggregate

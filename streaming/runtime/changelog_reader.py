@@ -15,9 +15,12 @@ from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from streaming.errors import StreamsError
+
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+STALL_SECONDS = 2.0  # a restore with neither records nor EOF this long gets its start offset verified
 
 
 class StateRestoreListener(Protocol):
@@ -39,6 +42,7 @@ class _Restoring:
     restored: int = 0
     started: bool = False
     began_at: float = field(default_factory=time.monotonic)
+    start_verified: bool = False  # the start offset was checked against the changelog's true end
 
 
 class StoreChangelogReader:
@@ -50,8 +54,10 @@ class StoreChangelogReader:
                                  "heartbeat.interval.ms", "group.instance.id", "enable.auto.offset.store")}
         # A short fetch wait: the empty fetch at the end of a partition must not hold a restore for
         # librdkafka's default 500 ms (measured: restore at 18k records/s with it, 490k/s without).
+        # auto.offset.reset=error: a restore offset the changelog no longer has (truncated, or the topic
+        # recreated under older local state) fails loudly instead of silently skipping to an end.
         self._config = {"fetch.wait.max.ms": "20", **config, "enable.auto.commit": "false",
-                        "enable.partition.eof": "true"}
+                        "enable.partition.eof": "true", "auto.offset.reset": "error"}
         self._group = f"{consumer_config['group.id']}-restore"
         self._consumer = Consumer({**self._config, "group.id": self._group})
         self._listener = listener
@@ -92,33 +98,69 @@ class StoreChangelogReader:
         """Apply up to ``max_records`` changelog records; return the tasks that finished restoring."""
         messages = self._consumer.consume(max_records, timeout)
         finished: list[Any] = []
-        batch: list[tuple[bytes, bytes | None]] = []
+        batch: list[Any] = []  # consecutive records of one changelog partition
         batch_tp: TP | None = None
-        last_offset = -1
         for message in messages:
             error = message.error()
             tp = (message.topic(), message.partition())
             if tp != batch_tp and batch:
-                self._apply(batch_tp, batch, last_offset)  # type: ignore[arg-type]
+                self._apply(batch_tp, batch)  # type: ignore[arg-type]
                 batch = []
             batch_tp = tp
             if error is None:
-                batch.append((message.key(), message.value()))
-                last_offset = message.offset()
+                batch.append(message)
             elif error.code() == KafkaError._PARTITION_EOF:
                 if batch:
-                    self._apply(tp, batch, last_offset)
+                    self._apply(tp, batch)
                     batch = []
                 task = self._complete(tp, message.offset())
                 if task is not None:
                     finished.append(task)
             else:
-                raise KafkaException(error)
+                raise self._restore_error(tp, error)
         if batch and batch_tp is not None:
-            self._apply(batch_tp, batch, last_offset)
+            self._apply(batch_tp, batch)
         finished.extend(self._complete_caught_up())
+        self._verify_silent_starts()
         self._log_progress()
         return finished
+
+    def _restore_error(self, tp: TP, error: KafkaError) -> StreamsError:
+        state = self._restoring.get(tp)
+        what = f"store {state.store.name!r} of task {state.task.id}" if state is not None else "a store"
+        position = f" at offset {state.position}" if state is not None else ""
+        if error.code() != KafkaError._AUTO_OFFSET_RESET:
+            return StreamsError(f"cannot restore {what} from changelog {tp[0]}[{tp[1]}]{position}: {error.str()}")
+        return StreamsError(
+            f"cannot restore {what}: changelog {tp[0]}[{tp[1]}] has no record{position} ({error.str()}). Local "
+            f"state (its checkpoint) or the snapshot claims offsets the changelog does not have: the topic was "
+            f"recreated (an application reset, a broker that lost its storage) or truncated below what is "
+            f"covered. Restoring anyway would silently lose state. If the changelog was recreated, delete this "
+            f"application's local state (KafkaStreams.cleanup()); if it was truncated, restore from the newest "
+            f"changelog snapshot.")
+
+    def _verify_silent_starts(self) -> None:
+        """A restore that got neither records nor EOF for a while may start past the changelog's end: Kafka
+        answers such a fetch with OFFSET_OUT_OF_RANGE, but the embedded broker answers it with nothing at
+        all, which would leave the task restoring forever. Compare the start with the true end, once."""
+        now = time.monotonic()
+        silent = [tp for tp, state in self._restoring.items()
+                  if not state.started and not state.start_verified and now - state.began_at > STALL_SECONDS]
+        if not silent:
+            return
+        ends = self.end_offsets(silent)
+        for tp in silent:
+            state = self._restoring[tp]
+            state.start_verified = True
+            if state.start > ends[tp]:
+                state.position = state.start
+                raise StreamsError(
+                    f"cannot restore store {state.store.name!r} of task {state.task.id}: changelog "
+                    f"{tp[0]}[{tp[1]}] ends at offset {ends[tp]}, but local state (its checkpoint) or the snapshot "
+                    f"covers it up to offset {state.start}: the topic was recreated (an application reset, a broker "
+                    f"that lost its storage) under older local state. Restoring anyway would silently keep state "
+                    f"the changelog no longer has. Delete this application's local state (KafkaStreams.cleanup()) "
+                    f"and start again.")
 
     def _complete_caught_up(self) -> list[Any]:
         """Complete active restores whose position reached the high watermark of the last fetch (the
@@ -143,17 +185,21 @@ class StoreChangelogReader:
         if self._listener is not None:
             self._listener.on_restore_start(tp, state.store.name, state.start, end)
 
-    def _apply(self, tp: TP, batch: list[tuple[bytes, bytes | None]], last_offset: int) -> None:
+    def _apply(self, tp: TP, messages: list[Any]) -> None:
         state = self._restoring.get(tp)
         if state is None:
             return
         if not state.started:
             self._begin(tp, state)
-        state.store.restore_batch(batch)
-        state.restored += len(batch)
-        state.position = last_offset + 1
+        if state.store.timestamped:  # the record's timestamp is the value's
+            state.store.restore_batch([(m.key(), m.value(), m.timestamp()[1]) for m in messages])
+        else:
+            state.store.restore_batch([(m.key(), m.value()) for m in messages])
+        end = messages[-1].offset() + 1
+        state.restored += len(messages)
+        state.position = end
         if self._listener is not None:
-            self._listener.on_batch_restored(tp, state.store.name, last_offset + 1, len(batch))
+            self._listener.on_batch_restored(tp, state.store.name, end, len(messages))
 
     def _complete(self, tp: TP, end_offset: int) -> Any:
         standby = self._restoring.get(tp)

@@ -174,7 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
         body["key"], key_encoding = jsonable(key)
         if key_encoding:
             body["key_encoding"] = key_encoding
-        body["partition"] = result.partition
+        body["partition"] = result.partition if result.partition >= 0 else None  # None: a global store
         if result.status == "found":
             body["value"], value_encoding = jsonable(result.value)
             if value_encoding:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -58,7 +58,8 @@ Partitioner = Callable[[str, Any, Any, int], int]
 class KeyQueryMetadata:
     """Where a key of a store lives: ``active_host`` (``application.server`` of the instance running its
     task, None while no instance owns it, e.g. during a rebalance), hosts with a standby copy, and the
-    partition (= task partition) the key maps to."""
+    partition (= task partition) the key maps to. A global store is whole on every instance: the answer
+    names this instance, with partition -1."""
 
     active_host: str | None
     standby_hosts: list[str]
@@ -67,27 +68,37 @@ class KeyQueryMetadata:
 
 @dataclass(frozen=True)
 class StoreInfo:
-    """A queryable key-value store of the topology and how its keys map to tasks."""
+    """A queryable key-value store of the topology and how its keys map to tasks (``subtopology`` None:
+    a global store, which every instance holds whole)."""
 
     name: str
-    subtopology: Subtopology
+    subtopology: Subtopology | None
     num_partitions: int
     key_serde: Serde[Any]
     value_serde: Serde[Any]
 
     @property
+    def is_global(self) -> bool:
+        return self.subtopology is None
+
+    @property
     def source_topics(self) -> tuple[str, ...]:
-        return self.subtopology.source_topics
+        return () if self.subtopology is None else self.subtopology.source_topics
 
     def task_id(self, partition: int) -> str:
         return f"{self.subtopology.id}_{partition}"
 
 
-def key_value_stores(topology: Topology) -> dict[str, Subtopology]:
-    """Every key-value store of the topology -> the sub-topology whose tasks hold it."""
+def key_value_stores(topology: Topology) -> dict[str, Subtopology | None]:
+    """Every queryable key-value store of the topology -> the sub-topology whose tasks hold it (None for a
+    global store)."""
     builders = topology.store_builders
-    return {name: sub for sub in topology.subtopologies() for name in sub.stores
-            if isinstance(builders.get(name), KeyValueStoreBuilder)}
+    stores: dict[str, Subtopology | None] = {
+        name: sub for sub in topology.subtopologies() for name in sub.stores
+        if isinstance(builders.get(name), KeyValueStoreBuilder)}
+    stores.update({name: None for name, definition in topology.global_stores.items()
+                   if isinstance(definition.store_builder, KeyValueStoreBuilder)})
+    return stores
 
 
 def unknown_store_message(name: str, known: Iterable[str]) -> str:
@@ -151,12 +162,50 @@ class ReadOnlyKeyValueStoreView:
         return f"<ReadOnlyKeyValueStoreView {self.name!r}>"
 
 
+class GlobalStoreView:
+    """A read-only view of a global store: every instance holds all of it, so every key is local (Kafka
+    Streams serves GlobalKTable stores from every instance). Queryable while the instance is RUNNING or
+    REBALANCING; iterators yield ``(key, value)`` tuples in serialized-key order."""
+
+    def __init__(self, queries: InteractiveQueries, name: str, store: Any) -> None:
+        self._queries = queries
+        self._store = store
+        self.name = name
+
+    def _read(self, read: Callable[[Any], Any]) -> Any:
+        self._queries.check_queryable(self.name)
+        return _guarded(self.name, -1, self._store, lambda: read(self._store))
+
+    def get(self, key: Any) -> Any:
+        if key is None:
+            raise ValueError(f"store {self.name!r}: keys may not be None")
+        return self._read(lambda store: store.get(key))
+
+    def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
+        return self._read(lambda store: iter(list(store.range(from_key, to_key))))
+
+    def prefix_scan(self, prefix: Any, prefix_key_serde: Serde[Any] | None = None) -> Iterator[tuple[Any, Any]]:
+        return self._read(lambda store: iter(list(store.prefix_scan(prefix, prefix_key_serde))))
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        return self._read(lambda store: iter(list(store.all())))
+
+    def approximate_num_entries(self) -> int:
+        return self._read(lambda store: store.approximate_num_entries())
+
+    def __repr__(self) -> str:
+        return f"<GlobalStoreView {self.name!r}>"
+
+
 def _guarded(name: str, partition: int, store: Any, read: Callable[[], Any]) -> Any:
     try:
         return read()
     except Exception as exc:
         if store.is_open:
             raise
+        if partition < 0:
+            raise InvalidStateStoreError(f"global store {name!r} was closed during the query: the instance is "
+                                         f"stopping") from exc
         raise InvalidStateStoreError(f"state store {name!r} (partition {partition}) was closed during the query: "
                                      f"its task is migrating; retry") from exc
 
@@ -176,8 +225,7 @@ def _raw_scan(name: str, partition: int, store: Any, lo: bytes | None, hi: bytes
 def _read(name: str, partition: int, store: Any, lo: bytes | None, hi: bytes | None, prefix: bytes | None,
           pending: list[tuple[bytes, bytes | None]]) -> Iterator[tuple[bytes, bytes]]:
     try:
-        inner = store.inner.prefix(prefix) if prefix is not None else store.inner.range(lo, hi)
-        yield from overlay(inner, pending)
+        yield from overlay(store.read_raw(lo, hi, prefix), pending)
     except Exception as exc:
         if store.is_open:
             raise
@@ -239,16 +287,18 @@ class InteractiveQueries:
 
     def __init__(self, topology: Topology, config: StreamsConfig, partition_counts: dict[str, int],
                  tasks: Callable[[], list[Any]], standby_task_ids: Callable[[], list[str]],
-                 state: Callable[[], str]) -> None:
+                 state: Callable[[], str], global_stores: Mapping[str, Any] | None = None) -> None:
         self._config = config
         self._tasks = tasks
         self._standby_task_ids = standby_task_ids
         self._state = state
+        self._global_stores = dict(global_stores or {})  # open global stores (read-only views)
         self.host: str | None = config["application.server"] or None
-        builders = topology.store_builders
+        builders = {**topology.store_builders,
+                    **{name: d.store_builder for name, d in topology.global_stores.items()}}
         self._stores: dict[str, StoreInfo] = {}
         for name, sub in key_value_stores(topology).items():
-            sizes = [partition_counts[t] for t in sub.source_topics if t in partition_counts]
+            sizes = [partition_counts[t] for t in sub.source_topics if t in partition_counts] if sub else []
             builder = builders[name]
             assert isinstance(builder, KeyValueStoreBuilder)
             self._stores[name] = StoreInfo(name, sub, max(sizes) if sizes else 0,
@@ -302,8 +352,18 @@ class InteractiveQueries:
             raise UnknownStateStoreError(unknown_store_message(name, self._stores))
         return info
 
-    def store(self, name: str) -> ReadOnlyKeyValueStoreView:
-        return ReadOnlyKeyValueStoreView(self, self.store_info(name))
+    def store(self, name: str) -> ReadOnlyKeyValueStoreView | GlobalStoreView:
+        info = self.store_info(name)
+        if info.is_global:
+            return GlobalStoreView(self, name, self._global_stores[name])
+        return ReadOnlyKeyValueStoreView(self, info)
+
+    def check_queryable(self, name: str) -> None:
+        """Raise :class:`InvalidStateStoreError` unless stores can be read now: while RUNNING, and (as Kafka
+        Streams since KIP-535) while REBALANCING, for tasks that are restored."""
+        state = self._state()
+        if self._closed or state not in ("RUNNING", "REBALANCING"):
+            raise InvalidStateStoreError(self._unavailable_message(name, state))
 
     def partition_of(self, info: StoreInfo, key: Any, key_serde: Serde[Any] | None = None,
                      partitioner: Partitioner | None = None) -> int:
@@ -324,12 +384,11 @@ class InteractiveQueries:
     def local_stores(self, name: str, partition: int | None = None) -> dict[int, Any]:
         """Queryable local stores named ``name`` by task partition (only ``partition``'s, if given).
 
-        Raises :class:`InvalidStateStoreError` unless the instance is RUNNING and the tasks asked
-        for are restored.
+        Raises :class:`InvalidStateStoreError` unless the instance is RUNNING or REBALANCING and the
+        tasks asked for are restored (Kafka Streams' KIP-535: restored active tasks answer during a
+        rebalance).
         """
-        state = self._state()
-        if self._closed or state != "RUNNING":
-            raise InvalidStateStoreError(self._unavailable_message(name, state))
+        self.check_queryable(name)
         found: dict[int, Any] = {}
         not_ready: list[str] = []
         for task in self._tasks():
@@ -346,9 +405,6 @@ class InteractiveQueries:
         return found
 
     def _unavailable_message(self, name: str, state: str) -> str:
-        if state == "REBALANCING":
-            return (f"state store {name!r} is not available right now: this instance is REBALANCING (tasks are "
-                    f"being reassigned or are restoring their stores); retry once it is RUNNING")
         if state == "CREATED":
             return f"state store {name!r} is not available: KafkaStreams is not started yet (call start())"
         return f"state store {name!r} is not available: this instance is {state}, not RUNNING"
@@ -384,6 +440,8 @@ class InteractiveQueries:
                                "'host:port' for interactive queries); instances announce their assignment "
                                "only when it is set")
         info = self.store_info(name)
+        if info.is_global:  # every instance holds a global store whole: this one answers
+            return KeyQueryMetadata(self.host, [], -1)
         partition = self.partition_of(info, key, key_serde, partitioner)
         return self._metadata_for_partition(info, partition)
 
@@ -400,6 +458,12 @@ class InteractiveQueries:
     def lookup(self, name: str, key: Any) -> KeyLookup:
         """Answer for ``key`` locally, or say who owns it. Raises :class:`UnknownStateStoreError`."""
         info = self.store_info(name)
+        if info.is_global:
+            try:
+                value = GlobalStoreView(self, name, self._global_stores[name]).get(key)
+            except InvalidStateStoreError as exc:
+                return KeyLookup("unavailable", -1, reason=str(exc))
+            return KeyLookup("found" if value is not None else "not_found", -1, value)
         partition = self.partition_of(info, key)
         if self._is_local(name, partition):
             try:

@@ -24,6 +24,7 @@ from streaming.runtime.changelog_reader import StateRestoreListener
 from streaming.runtime.global_stream_thread import GlobalStreamThread
 from streaming.runtime.http_server import InteractiveQueryServer
 from streaming.runtime.interactive_queries import (
+    GlobalStoreView,
     InteractiveQueries,
     KeyQueryMetadata,
     Partitioner,
@@ -32,7 +33,7 @@ from streaming.runtime.interactive_queries import (
     unknown_store_message,
 )
 from streaming.runtime.internal_topics import create_internal_topics
-from streaming.runtime.state_directory import application_dir, remove_path
+from streaming.runtime.state_directory import StateDirectory, application_dir, remove_path
 from streaming.runtime.stream_thread import StreamThread
 from streaming.serdes import Serde
 from streaming.topology.topology import Topology
@@ -135,11 +136,12 @@ class KafkaStreams:
             counts.update(create_internal_topics(self.topology, self.config.application_id,
                                                  self.config.admin_config(), counts))
             topology = self._start_global_stream_thread(counts)  # global tables are complete before processing
-            self._start_interactive_queries(counts)
+            self._start_interactive_queries(counts, topology.global_state_stores)
+            directory = StateDirectory()  # which thread holds which task directory; standbys on thread 1
             for i in range(self.config["num.stream.threads"]):
                 self._threads.append(StreamThread(f"{self.config.application_id}-StreamThread-{i + 1}", topology,
                                                   self.config, self._on_thread_state, self._restore_listener,
-                                                  counts))
+                                                  counts, directory=directory, hosts_standbys=i == 0))
         except BaseException:
             self._abort_start()
             raise
@@ -212,14 +214,16 @@ class KafkaStreams:
     _iq: InteractiveQueries | None = None
     _iq_server: InteractiveQueryServer | None = None
 
-    def store(self, name: str) -> ReadOnlyKeyValueStoreView:
+    def store(self, name: str) -> ReadOnlyKeyValueStoreView | GlobalStoreView:
         """A read-only view of key-value store ``name`` over this instance's local active tasks.
 
         ``get(key)`` reads the task the key hashes to (None when that task runs elsewhere: ask
         :meth:`metadata_for_key` who has it); ``range``, ``prefix_scan`` and ``all`` merge every local
-        task in serialized-key order; ``approximate_num_entries`` sums them. The view is live: each
-        call raises :class:`InvalidStateStoreError` while the instance rebalances or restores (retry)
-        or after it stopped. An unknown name raises :class:`UnknownStateStoreError` listing the stores.
+        task in serialized-key order; ``approximate_num_entries`` sums them. A global table's store is
+        whole on every instance, so every key is local. The view is live: each call raises
+        :class:`InvalidStateStoreError` while a task it needs is restoring or migrating (retry; restored
+        tasks answer during a rebalance, as in Kafka Streams) or after the instance stopped. An unknown
+        name raises :class:`UnknownStateStoreError` listing the stores.
         """
         if self._iq is None:
             known = key_value_stores(self.topology)
@@ -243,7 +247,7 @@ class KafkaStreams:
             raise StreamsError(f"metadata_for_key needs a started KafkaStreams (state is {self._state.value})")
         return self._iq.metadata_for_key(store, key, key_serde, partitioner)
 
-    def _start_interactive_queries(self, partition_counts: dict[str, int]) -> None:
+    def _start_interactive_queries(self, partition_counts: dict[str, int], global_stores: dict[str, Any]) -> None:
         """Local store views always; with ``application.server`` also the metadata announcements and
         the HTTP endpoint (bound before any stream thread starts, so a busy port fails start())."""
         iq = InteractiveQueries(
@@ -251,7 +255,7 @@ class KafkaStreams:
             tasks=lambda: [task for thread in self._threads for task in list(thread.tasks.tasks.values())],
             standby_task_ids=lambda: [str(task_id) for thread in self._threads
                                       for task_id in list(getattr(thread.tasks, "standby", {}))],
-            state=lambda: self._state.value)
+            state=lambda: self._state.value, global_stores=global_stores)
         if iq.host is not None:
             server = InteractiveQueryServer(iq, iq.host)
             server.start()

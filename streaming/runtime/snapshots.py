@@ -20,7 +20,8 @@ class Snapshot:
     topic: str
     partition: int
     next_offset: int
-    entries: Iterator[list[tuple[bytes, bytes]]]  # batches of (key, value); no tombstones
+    # Batches of (key, value, timestamp of its changelog record); no tombstones.
+    entries: Iterator[list[tuple[bytes, bytes, int]]]
 
 
 class SnapshotSource(Protocol):
@@ -46,7 +47,8 @@ def seed_from_snapshots(source: SnapshotSource, offsets: dict[tuple[str, int], i
         if snapshot is None or snapshot.next_offset <= 0:
             continue
         store = stores[tp]
+        timestamped = store.timestamped  # type: ignore[attr-defined]
         for batch in snapshot.entries:
-            store.restore_batch(batch)  # type: ignore[attr-defined]
+            store.restore_batch(batch if timestamped else [(key, value) for key, value, _ in batch])  # type: ignore[attr-defined]
         seeded[tp] = snapshot.next_offset
     return seeded

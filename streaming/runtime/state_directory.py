@@ -1,4 +1,5 @@
-"""The application's state directory, ``state.dir/<application.id>/``: the only tree the runtime deletes in.
+"""The application's state directory, ``state.dir/<application.id>/``: the only tree the runtime deletes in,
+and which task of the instance holds each task directory.
 
 Every deletion of local state goes through :func:`remove_path`, which resolves the path (symbolic links
 included) and refuses anything that is not inside the directory it is given: a store name or a task id
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 
 from streaming.errors import StreamsError
 
@@ -34,3 +36,54 @@ def remove_path(path: str, inside: str) -> None:
         shutil.rmtree(target)
     elif os.path.lexists(path):
         os.remove(path)
+
+
+class StateDirectory:
+    """Which task of this instance holds each task directory (Kafka Streams' StateDirectory locks).
+
+    Shared by an instance's stream threads: a directory (and so its RocksDB files and checkpoint) is
+    held by one task at a time, the active task or a standby copy, never both. An active task that
+    finds its directory held by another thread's standby marks it wanted and retries; the standby's
+    thread closes the standby (writing its checkpoint) when it sees the wish, and the active task then
+    opens the directory and restores only the tail. Kafka Streams never places a standby on the client
+    running the active task; this is how Brook keeps that true across its threads.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders: dict[str, tuple[object, bool]] = {}  # task id -> (holder, is_standby)
+        self._wanted: set[str] = set()  # held by a standby, waited for by an active task
+        self.version = 0  # bumped on every release: standby placement looks again
+
+    def lock_active(self, task_id: str, holder: object) -> bool:
+        """Take ``task_id``'s directory for an active task of ``holder``; False (and the directory marked
+        wanted) while another holder has it."""
+        with self._lock:
+            current = self._holders.get(task_id)
+            if current is not None and current[0] is not holder:
+                if current[1]:
+                    self._wanted.add(task_id)
+                return False
+            self._holders[task_id] = (holder, False)
+            self._wanted.discard(task_id)
+            return True
+
+    def lock_standby(self, task_id: str, holder: object) -> bool:
+        """Take ``task_id``'s directory for a standby copy, only if nobody holds or waits for it."""
+        with self._lock:
+            if task_id in self._holders or task_id in self._wanted:
+                return False
+            self._holders[task_id] = (holder, True)
+            return True
+
+    def unlock(self, task_id: str, holder: object) -> None:
+        with self._lock:
+            current = self._holders.get(task_id)
+            if current is not None and current[0] is holder:
+                del self._holders[task_id]
+                self.version += 1
+
+    def wanted(self) -> set[str]:
+        """Directories held by standbys that an active task waits for."""
+        with self._lock:
+            return set(self._wanted)

@@ -21,7 +21,7 @@ class ProcessorStateManager:
     """State of one task under ``state.dir/<application.id>/<task id>/``.
 
     The checkpoint file maps changelog partitions to the offset local state covers (the next offset
-    to restore from). It is read and deleted when the task opens — so a crash leaves no checkpoint and
+    to restore from). It is read and deleted when the task opens its stores (``load_checkpoint``) — so a crash leaves no checkpoint and
     the next start wipes and fully restores persistent logged stores — and written again on a clean
     close. In-memory stores always restore from the start of their changelog.
     """
@@ -32,7 +32,7 @@ class ProcessorStateManager:
         self.partition = partition
         self.app_dir = application_dir(state_dir, application_id)
         self.task_dir = os.path.join(self.app_dir, task_id)
-        self._checkpoint = self._take_checkpoint()
+        self._checkpoint: dict[TopicPartition, int] = {}
         self.stores: dict[str, Any] = {}
         self.changelogs: dict[TopicPartition, Any] = {}  # changelog partition -> store
 
@@ -42,8 +42,9 @@ class ProcessorStateManager:
     def changelog_partition(self, store: str) -> TopicPartition:
         return changelog_topic(self.application_id, store), self.partition
 
-    def _take_checkpoint(self) -> dict[TopicPartition, int]:
-        return take_checkpoint(self.task_dir, f"task {self.task_id}")
+    def load_checkpoint(self) -> None:
+        """Read (and delete) the checkpoint: the task now owns its directory."""
+        self._checkpoint = take_checkpoint(self.task_dir, f"task {self.task_id}")
 
     def prepare_store_dir(self, store: str, persistent: bool, logged: bool) -> None:
         """Wipe a persistent logged store's files unless the checkpoint vouches for them."""

@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient
 from streaming.config import StreamsConfig
 from streaming.runtime.changelog_reader import StateRestoreListener, StoreChangelogReader
 from streaming.runtime.record_collector import KafkaRecordCollector
+from streaming.runtime.state_directory import StateDirectory
 from streaming.runtime.task import StreamTask
 from streaming.runtime.task_manager import TaskManager, as_pairs
 from streaming.topology.topology import Topology
@@ -36,7 +37,8 @@ class StreamThread(threading.Thread):
     def __init__(self, name: str, topology: Topology, config: StreamsConfig,
                  on_state: Callable[[StreamThread, str], None],
                  restore_listener: StateRestoreListener | None = None,
-                 partition_counts: dict[str, int] | None = None) -> None:
+                 partition_counts: dict[str, int] | None = None, directory: StateDirectory | None = None,
+                 hosts_standbys: bool = True) -> None:
         super().__init__(name=name, daemon=True)
         self.config = config
         self._on_state = on_state
@@ -48,7 +50,7 @@ class StreamThread(threading.Thread):
         self.consumer = Consumer(config.consumer_config())
         self.changelog_reader = StoreChangelogReader(config.consumer_config(), restore_listener)
         self.tasks = TaskManager(topology, config, self.collector, wall_clock_ms, self.changelog_reader,
-                                 partition_counts)
+                                 partition_counts, directory=directory, hosts_standbys=hosts_standbys)
         self._offset_resets = self.tasks.offset_resets()
         self._cooperative = "cooperative" in config.consumer_config().get("partition.assignment.strategy", "")
         self._paused: set[tuple[str, int]] = set()
@@ -100,6 +102,7 @@ class StreamThread(threading.Thread):
         next_commit = wall_clock_ms() + commit_interval
         task_of = self.tasks.task_of
         while not self._stopping.is_set():
+            self.tasks.maintain_standbys()
             if self.tasks.restoring:
                 for task in self.tasks.restore(max_records * 5, min(poll_seconds, 0.01)):
                     self._start_processing(task)

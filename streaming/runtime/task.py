@@ -84,17 +84,23 @@ class StreamTask:
         if len(self.partitions) > 1:
             self.group = PartitionGroup(self.partitions, config["max.task.idle.ms"])
         self.initialized = False  # processors are built after the stores are restored
-        self.pending: list[Any] = []  # input that arrived while the stores were restoring
+        self.pending: list[Any] = []  # input that arrived before the task could process it
         self.state = ProcessorStateManager(config["state.dir"], self.application_id, self.id, partition)
         self.stores: dict[str, Any] = {}
         self.global_stores: dict[str, Any] = topology.global_state_stores  # read-only views, shared
+        self._cache_budget = cache_budget
+
+    # -- construction ------------------------------------------------------------------------------------
+    def open_stores(self) -> None:
+        """Open the task's stores in its state directory, which the caller holds (no other task of this
+        instance uses it): read the checkpoint, wipe persistent stores it does not vouch for, open."""
         try:
-            self._open_stores(cache_budget)
+            self.state.load_checkpoint()
+            self._open_stores(self._cache_budget)
         except Exception:
             self.close()
             raise
 
-    # -- construction ------------------------------------------------------------------------------------
     def _open_stores(self, cache_budget: CacheBudget | None) -> None:
         builders = self._topology.store_builders
         # In node order, which is topological: a commit flushes the stores in this order, so what an
@@ -112,8 +118,7 @@ class StreamTask:
             self.stores[name] = store
 
     def _changelogger(self, store: str) -> ChangeLogger:
-        return ChangeLogger(self._collector, changelog_topic(self.application_id, store), self.partition,
-                            self._current_timestamp)
+        return ChangeLogger(self._collector, changelog_topic(self.application_id, store), self.partition)
 
     def _current_timestamp(self) -> int:
         return self.current_timestamp

@@ -10,6 +10,7 @@ from streaming.config import StreamsConfig
 from streaming.runtime.changelog_reader import StoreChangelogReader
 from streaming.runtime.record_collector import RecordCollector
 from streaming.runtime.snapshots import NoSnapshots, SnapshotSource, seed_from_snapshots
+from streaming.runtime.state_directory import StateDirectory
 from streaming.runtime.task import StreamTask, TopicPartition, task_id_of
 from streaming.state.caching import CacheBudget
 from streaming.topology.topology import Subtopology, Topology
@@ -26,21 +27,26 @@ class TaskManager:
 
     def __init__(self, topology: Topology, config: StreamsConfig, collector: RecordCollector,
                  clock: Callable[[], int], changelog_reader: StoreChangelogReader,
-                 partition_counts: dict[str, int] | None = None, snapshots: SnapshotSource | None = None) -> None:
+                 partition_counts: dict[str, int] | None = None, snapshots: SnapshotSource | None = None,
+                 directory: StateDirectory | None = None, hosts_standbys: bool = True) -> None:
         self._topology = topology
         self._config = config
         self._collector = collector
         self._clock = clock
         self._reader = changelog_reader
         self._snapshots = snapshots or NoSnapshots()
+        self._directory = directory or StateDirectory()  # shared by the instance's stream threads
         self._cache_budget = CacheBudget(config["statestore.cache.max.bytes"])
         self._subtopology_of: dict[str, Subtopology] = {
             topic: sub for sub in topology.subtopologies() for topic in sub.source_topics}
         self.tasks: dict[str, StreamTask] = {}
         self.task_of: dict[TopicPartition, StreamTask] = {}
         self.standby: dict[str, StreamTask] = {}  # warm copies of other instances' tasks
+        self._waiting: dict[str, StreamTask] = {}  # assigned, waiting for their directory (held by a standby)
+        # One thread of an instance keeps its standby copies, of the tasks no thread of it runs.
         self._standby_candidates = self._stateful_tasks(partition_counts or {}) \
-            if config["num.standby.replicas"] > 0 else {}
+            if config["num.standby.replicas"] > 0 and hosts_standbys else {}
+        self._standby_version = -1  # the directory version standbys were last placed at
 
     def _stateful_tasks(self, counts: dict[str, int]) -> dict[str, tuple[Subtopology, int]]:
         """Every task with a persistent logged store: the candidates for standby replicas."""
@@ -58,10 +64,11 @@ class TaskManager:
     def assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """Create tasks for newly assigned partitions (a task gets every partition of its number).
 
-        Tasks with logged stores start restoring; their input partitions are returned so the caller
-        pauses them until :meth:`restore` reports the task ready.
+        Returns the input partitions of the tasks that cannot process yet — restoring their stores, or
+        waiting for their directory — so the caller pauses them until :meth:`restore` reports the task
+        ready.
         """
-        restoring: list[TopicPartition] = []
+        not_ready: list[TopicPartition] = []
         wanted: dict[tuple[int, int], list[TopicPartition]] = {}
         for topic, partition in partitions:
             if (topic, partition) in self.task_of:
@@ -70,7 +77,6 @@ class TaskManager:
             wanted.setdefault((sub.id, partition), []).append((topic, partition))
         for (sub_id, partition), tps in sorted(wanted.items()):
             task_id = task_id_of(sub_id, partition)
-            self._close_standby(task_id)  # its checkpoint lets the active task restore only the tail
             existing = self.tasks.pop(task_id, None)
             if existing is not None:  # a task gains a partition (cooperative assignment): rebuild it
                 tps = sorted(set(tps) | set(existing.partitions))
@@ -81,32 +87,64 @@ class TaskManager:
             self.tasks[task_id] = task
             for tp in tps:
                 self.task_of[tp] = task
-            if task.state.changelogs:
-                offsets = seed_from_snapshots(self._snapshots, task.state.restore_offsets(), task.state.changelogs)
-                self._reader.register(task, offsets, task.state.changelogs)
-                restoring.extend(task.partitions)
-                log.info("created task %s for partitions %s; restoring its stores", task_id, tps)
-            else:
-                task.initialize_topology()
-                log.info("created task %s for partitions %s", task_id, tps)
+            if not self._open(task):
+                not_ready.extend(task.partitions)
         self._update_standbys()
-        return restoring
+        return not_ready
+
+    def _open(self, task: StreamTask) -> bool:
+        """Open the task's stores once its directory is free, then start restoring them, or processing when
+        there is nothing to restore. True if the task can process now."""
+        self._close_standby(task.id)  # this thread's own copy: its checkpoint lets the task restore only the tail
+        if not self._directory.lock_active(task.id, self):
+            if task.id not in self._waiting:
+                log.info("task %s waits for its state directory, held by a standby copy on another stream "
+                         "thread of this instance", task.id)
+            self._waiting[task.id] = task
+            return False
+        self._waiting.pop(task.id, None)
+        task.open_stores()
+        if task.state.changelogs:
+            offsets = seed_from_snapshots(self._snapshots, task.state.restore_offsets(), task.state.changelogs)
+            self._reader.register(task, offsets, task.state.changelogs)
+            log.info("created task %s for partitions %s; restoring its stores", task.id, task.partitions)
+            return False
+        task.initialize_topology()
+        log.info("created task %s for partitions %s", task.id, task.partitions)
+        return True
 
     def _update_standbys(self) -> None:
-        """Keep a standby copy of every stateful task this instance does not run.
+        """Keep a standby copy of every stateful task no stream thread of this instance runs.
 
         librdkafka offers Python no custom assignor, so standby placement cannot be negotiated in the
         group: with ``num.standby.replicas`` >= 1 each instance tails the changelogs of all stateful
-        tasks it does not own (N-1 copies with N instances; exact for two instances).
+        tasks it does not run (N-1 copies with N instances; exact for two instances), on its first stream
+        thread. A directory an active task holds or waits for never gets a standby.
         """
+        self._standby_version = self._directory.version
         for task_id, (sub, partition) in self._standby_candidates.items():
-            if task_id in self.tasks or task_id in self.standby:
+            if task_id in self.tasks or task_id in self.standby or not self._directory.lock_standby(task_id, self):
                 continue
             standby = StreamTask(sub, partition, self._topology, self._config, self._collector, self._clock,
                                  cache_budget=self._cache_budget)
+            try:
+                standby.open_stores()
+            except BaseException:
+                self._directory.unlock(task_id, self)
+                raise
             self.standby[task_id] = standby
             self._reader.register(standby, standby.state.restore_offsets(), standby.state.changelogs, standby=True)
             log.info("created standby task %s", task_id)
+
+    def maintain_standbys(self) -> None:
+        """Close the standbys an active task of another stream thread waits for, and place standbys for
+        directories released since the last look (called every loop; cheap when nothing changed)."""
+        if not self._standby_candidates:
+            return
+        for task_id in self._directory.wanted() & self.standby.keys():
+            self._close_standby(task_id)
+        if self._directory.version != self._standby_version:
+            self._update_standbys()
 
     def _close_standby(self, task_id: str) -> None:
         standby = self.standby.pop(task_id, None)
@@ -115,6 +153,7 @@ class TaskManager:
         positions = self._reader.unregister(task_id)
         standby.close()  # flushes RocksDB's memtables before the checkpoint vouches for the files
         standby.state.write_checkpoint(positions)
+        self._directory.unlock(task_id, self)
         log.info("closed standby task %s at changelog offsets %s", task_id, positions)
 
     def close_standbys(self) -> None:
@@ -122,8 +161,9 @@ class TaskManager:
             self._close_standby(task_id)
 
     def restore(self, max_records: int, timeout: float) -> list[StreamTask]:
-        """Continue restoring; initialize and return the tasks whose stores are complete."""
-        ready = []
+        """Open the tasks whose directory was released, continue restoring; return the tasks that can
+        process now (initialized)."""
+        ready = [task for task in list(self._waiting.values()) if self._open(task)]
         for task in self._reader.restore(max_records, timeout):
             if self.tasks.get(task.id) is task:
                 task.initialize_topology()
@@ -132,8 +172,8 @@ class TaskManager:
 
     @property
     def restoring(self) -> bool:
-        """Whether an active task is still restoring."""
-        return self._reader.active
+        """Whether an active task is still restoring (or waiting to open its stores)."""
+        return self._reader.active or bool(self._waiting)
 
     def update_standbys(self, max_records: int) -> None:
         """Apply what the standby tasks' changelogs gained (never blocks)."""
@@ -163,11 +203,14 @@ class TaskManager:
             self._close(task, clean=True)
         for task in running:
             task.state.write_checkpoint(ends)
+        for task in tasks:  # only now may another task take the directory (and read the checkpoint)
+            self._directory.unlock(task.id, self)
 
     def lose(self, partitions: list[TopicPartition]) -> None:
         """Partitions are gone without a chance to commit (another member may own them): close dirty."""
         for task in self._owners(partitions):
             self._close(task, clean=False)
+            self._directory.unlock(task.id, self)
 
     def _owners(self, partitions: list[TopicPartition]) -> list[StreamTask]:
         owners: dict[str, StreamTask] = {}
@@ -178,8 +221,10 @@ class TaskManager:
         return list(owners.values())
 
     def _close(self, task: StreamTask, clean: bool) -> None:
+        """Close the task (not its directory lock: the caller releases it once the checkpoint is written)."""
         if not task.initialized:
             self._reader.unregister(task.id)
+        self._waiting.pop(task.id, None)
         self.tasks.pop(task.id, None)
         for tp in task.partitions:
             self.task_of.pop(tp, None)
@@ -189,6 +234,7 @@ class TaskManager:
     def close_all(self, clean: bool) -> None:
         for task in list(self.tasks.values()):
             self._close(task, clean)
+            self._directory.unlock(task.id, self)
         self.close_standbys()
 
     # -- processing helpers -------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -68,4 +68,31 @@ class KeyValueStore(StateStore, Generic[K, V]):
         raise NotImplementedError
 
     def approximate_num_entries(self) -> int:
+        raise NotImplementedError
+
+
+class ValueAndTimestamp(NamedTuple):
+    """A value with its timestamp, as a timestamped store keeps it (Kafka Streams' ``ValueAndTimestamp``)."""
+
+    value: Any
+    timestamp: int
+
+
+class TimestampedKeyValueStore(KeyValueStore[K, V]):
+    """A key-value store that keeps a timestamp with every value (Kafka Streams' timestamped store, the
+    kind every DSL table and aggregation materializes).
+
+    ``get``/``put``/``range``/``all`` read and write plain values (``put`` stamps the current record's
+    timestamp), so it reads like any key-value store; ``get_with_timestamp`` and ``put_with_timestamp``
+    see the timestamps. The changelog holds the plain value, with the timestamp as the record's
+    timestamp, exactly as Kafka Streams writes it; a restore reads it back from there.
+    """
+
+    def get_with_timestamp(self, key: K) -> ValueAndTimestamp | None:
+        """The value of ``key`` and its timestamp, or None."""
+        raise NotImplementedError
+
+    def put_with_timestamp(self, key: K, value: V | None, timestamp: int, headers: Any = None) -> None:
+        """Store ``value`` (None deletes) with ``timestamp``. With caching, ``headers`` stay with the cached
+        entry and go downstream with it when it is flushed."""
         raise NotImplementedError

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 # Rough per-entry overhead of a Python dict entry and its tuple, counted against the budget.
 ENTRY_OVERHEAD = 120
@@ -18,8 +19,10 @@ class CacheBudget:
         self.used = 0
 
 
-# A cache entry: (serialized value or None for a delete, record timestamp).
-Entry = tuple[bytes | None, int]
+# A cache entry: (serialized value or None for a delete, timestamp, headers). As Kafka Streams' record
+# cache keeps each entry's record context, the entry keeps the timestamp and headers of the write, and
+# its flush forwards them downstream.
+Entry = tuple[bytes | None, int, Any]
 
 
 class StoreCache:
@@ -35,7 +38,7 @@ class StoreCache:
     def get(self, key: bytes) -> Entry | None:
         return self.entries.get(key)
 
-    def put(self, key: bytes, value: bytes | None, timestamp: int) -> None:
+    def put(self, key: bytes, value: bytes | None, timestamp: int, headers: Any = None) -> None:
         entries = self.entries
         old = entries.pop(key, None)  # re-inserted at the end: dict order is write order (LRU)
         budget = self._budget
@@ -43,7 +46,7 @@ class StoreCache:
             budget.used += len(key) + ENTRY_OVERHEAD + (len(value) if value is not None else 0)
         else:
             budget.used += (len(value) if value is not None else 0) - (len(old[0]) if old[0] is not None else 0)
-        entries[key] = (value, timestamp)
+        entries[key] = (value, timestamp, headers)
         if budget.used > budget.max_bytes:
             self._evict_oldest()
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from streaming.naming import check_store_name
 from streaming.serdes import Serde
-from streaming.state.keyvalue import BytesStore, TypedKeyValueStore
+from streaming.state.keyvalue import BytesStore, TimestampedTypedKeyValueStore, TypedKeyValueStore
 from streaming.state.memory import InMemoryBytesStore
 from streaming.state.rocksdb import RocksDBBytesStore
 
@@ -64,20 +64,25 @@ class StoreBuilder:
 
 
 class KeyValueStoreBuilder(StoreBuilder):
+    """Builds typed key-value stores over the supplier's bytes stores; ``timestamped`` ones keep a
+    timestamp with each value (:class:`~streaming.state.api.TimestampedKeyValueStore`)."""
+
     def __init__(self, supplier: KeyValueBytesStoreSupplier, key_serde: Serde[Any] | None,
-                 value_serde: Serde[Any] | None) -> None:
+                 value_serde: Serde[Any] | None, timestamped: bool = False) -> None:
         super().__init__(supplier.name)
         self.supplier = supplier
         self.key_serde = key_serde
         self.value_serde = value_serde
+        self.timestamped = timestamped
 
     @property
     def persistent(self) -> bool:
         return self.supplier.persistent
 
     def build(self) -> TypedKeyValueStore:
-        return TypedKeyValueStore(self.name, self.supplier.get(), self.key_serde, self.value_serde,
-                                  logging_enabled=self.logging_enabled, caching_enabled=self.caching_enabled)
+        kind = TimestampedTypedKeyValueStore if self.timestamped else TypedKeyValueStore
+        return kind(self.name, self.supplier.get(), self.key_serde, self.value_serde,
+                    logging_enabled=self.logging_enabled, caching_enabled=self.caching_enabled)
 
 
 class Stores:
@@ -98,3 +103,11 @@ class Stores:
                                 value_serde: Serde[Any] | None = None) -> KeyValueStoreBuilder:
         """A builder of typed key-value stores; serdes default to the config's default serdes."""
         return KeyValueStoreBuilder(supplier, key_serde, value_serde)
+
+    @staticmethod
+    def timestamped_key_value_store_builder(supplier: KeyValueBytesStoreSupplier,
+                                            key_serde: Serde[Any] | None = None,
+                                            value_serde: Serde[Any] | None = None) -> KeyValueStoreBuilder:
+        """A builder of key-value stores that keep each value's timestamp (``get_with_timestamp``), the
+        kind the DSL's tables and aggregations use."""
+        return KeyValueStoreBuilder(supplier, key_serde, value_serde, timestamped=True)

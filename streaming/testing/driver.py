@@ -16,7 +16,7 @@ from streaming.runtime.context import to_millis
 from streaming.runtime.global_state import GlobalStateManager
 from streaming.runtime.task import StreamTask
 from streaming.serdes import Serde
-from streaming.state.api import KeyValueStore, StateStore
+from streaming.state.api import KeyValueStore, StateStore, TimestampedKeyValueStore
 from streaming.state.caching import CacheBudget
 from streaming.testing.topics import TestInputTopic, TestOutputTopic, TestRecord
 from streaming.topology.topology import Topology
@@ -80,6 +80,7 @@ class TopologyTestDriver:
                 task = StreamTask(subtopology, 0, topology, self.config, self._collector, lambda: self.wall_clock_ms,
                                   cache_budget=budget)
                 self._tasks.append(task)
+                task.open_stores()
                 task.initialize_topology()
                 for topic in subtopology.source_topics:
                     self._task_by_topic[topic] = task
@@ -183,6 +184,13 @@ class TopologyTestDriver:
         store = self.get_state_store(name)
         if not isinstance(store, KeyValueStore):
             raise TypeError(f"state store {name!r} is a {type(store).__name__}, not a key-value store")
+        return store
+
+    def get_timestamped_key_value_store(self, name: str) -> TimestampedKeyValueStore[Any, Any]:
+        """A store that keeps timestamps (every DSL table and aggregation): ``get_with_timestamp``."""
+        store = self.get_state_store(name)
+        if not isinstance(store, TimestampedKeyValueStore):
+            raise TypeError(f"state store {name!r} is a {type(store).__name__}, not a timestamped key-value store")
         return store
 
     def get_all_state_stores(self) -> dict[str, StateStore]:

@@ -274,3 +274,40 @@ def test_a_failed_start_leaves_nothing_running(bootstrap: str, unique_name: str,
     assert app.close(5)
     with pytest.raises(StreamsError, match="starts once"):
         app.start()
+
+
+def test_global_stores_are_queryable_on_every_instance(bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    """Issue 6, item 7: a GlobalKTable's store answers store(name), metadata_for_key and HTTP on each
+    instance, for every key (Kafka Streams serves global stores from every instance)."""
+    from streaming import StreamsBuilder
+
+    users, clicks = f"{unique_name}-users", f"{unique_name}-clicks"
+    create_topics(bootstrap, {users: 3, clicks: 2})
+    produce(bootstrap, users, [GeneratedRecord(f"u{i}", f"name-{i}", 1_000 + i) for i in range(20)],
+            Serdes.String(), Serdes.String())
+    builder = StreamsBuilder()
+    builder.global_table(users, key_serde=Serdes.String(), value_serde=Serdes.String(), materialized="users")
+    builder.stream(clicks).foreach(lambda k, v: None)
+    topology = builder.build()
+    ports = [free_port(), free_port()]
+    apps = [KafkaStreams(topology, config(bootstrap, unique_name, tmp_path / str(i), port))
+            for i, port in enumerate(ports)]
+    for app in apps:
+        app.start()
+    try:
+        for app, port in zip(apps, ports, strict=True):
+            wait_for(lambda app=app: app.state is State.RUNNING, 60, "the instance to run")
+            view = app.store("users")
+            assert view.get("u7") == "name-7" and view.get("nobody") is None
+            assert dict(view.all()) == {f"u{i}": f"name-{i}" for i in range(20)}
+            assert list(view.prefix_scan("u1")) == [("u1", "name-1")] + [(f"u1{i}", f"name-1{i}") for i in range(10)]
+            assert view.approximate_num_entries() > 0
+            assert app.metadata_for_key("users", "u3").active_host == f"127.0.0.1:{port}"
+            status, body = http_get(f"127.0.0.1:{port}", "/stores/users/u3")
+            assert (status, body["value"], body["partition"]) == (200, "name-3", None)
+            assert http_get(f"127.0.0.1:{port}", "/stores/users/nobody")[0] == 404
+    finally:
+        for app in apps:
+            assert app.close(30)
+    with pytest.raises(InvalidStateStoreError, match="NOT_RUNNING"):
+        apps[0].store("users").get("u1")

@@ -97,3 +97,51 @@ def test_survivor_takes_over_from_its_standby_and_serves_the_key(bootstrap: str,
                 worker.wait(30)
             except subprocess.TimeoutExpired:
                 worker.kill()
+
+
+def test_several_stream_threads_with_standbys_never_share_a_task_directory(bootstrap: str, unique_name: str,
+                                                                           tmp_path: Path) -> None:
+    """Issue 6, item 2: with num.stream.threads=2 and a standby replica, no thread opens a standby of a task
+    another thread of its instance runs (it crashed with "lock hold by current process"). A second such
+    instance joins: tasks move, each instance keeps standby copies of exactly the tasks the other runs."""
+    from streaming import KafkaStreams
+    from streaming.testing.kafka import read_topic
+    from tests.integration.workloads.counting import topology
+
+    source, sink = f"{unique_name}-in", f"{unique_name}-out"
+    create_topics(bootstrap, {source: PARTITIONS, sink: PARTITIONS})
+    records = [GeneratedRecord(f"key-{i % 40:02d}", f"v{i}", 1_700_000_000_000 + i) for i in range(4_000)]
+    ends = produce(bootstrap, source, records, Serdes.String(), Serdes.String())
+
+    def config(index: int) -> dict:
+        return {"application.id": unique_name, "bootstrap.servers": bootstrap, "commit.interval.ms": 300,
+                "state.dir": str(tmp_path / f"state-{index}"), "num.stream.threads": 2, "num.standby.replicas": 1}
+
+    def standbys(app: KafkaStreams) -> set[str]:
+        return {task for thread in app._threads for task in thread.tasks.standby}
+
+    first = KafkaStreams(topology(source, sink), config(0))
+    first.start()
+    second = None
+    try:
+        wait_for(lambda: committed_offsets(bootstrap, unique_name, source, PARTITIONS) == ends, 90, "all input")
+        assert first.exception is None and standbys(first) == set()  # every task is active on this instance
+        second = KafkaStreams(topology(source, sink), config(1))
+        second.start()
+        wait_for(lambda: first.metrics()["tasks"] and second.metrics()["tasks"]
+                 and len(first.metrics()["tasks"]) + len(second.metrics()["tasks"]) == PARTITIONS
+                 and standbys(first) == set(second.metrics()["tasks"])
+                 and standbys(second) == set(first.metrics()["tasks"]), 90,
+                 "the tasks to be shared out, each instance keeping standbys of the other's")
+        more = [GeneratedRecord(f"key-{i % 40:02d}", f"v{i}", 1_700_000_100_000 + i) for i in range(2_000)]
+        ends = produce(bootstrap, source, more, Serdes.String(), Serdes.String())
+        wait_for(lambda: committed_offsets(bootstrap, unique_name, source, PARTITIONS) == ends, 90, "the new input")
+        assert first.exception is None and second.exception is None
+    finally:
+        assert first.close(30)
+        if second is not None:
+            assert second.close(30)
+    assert first.exception is None and (second is None or second.exception is None)
+    counts = {r.key: r.value["count"] for r in sorted(read_topic(bootstrap, sink, Serdes.String(), Serdes.Json(),
+                                                                  PARTITIONS), key=lambda r: r.offset)}
+    assert counts == Counter(r.key for r in records + more)

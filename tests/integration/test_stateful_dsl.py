@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections import Counter
@@ -142,3 +143,48 @@ def test_start_fails_clearly_for_a_missing_global_topic_or_a_global_only_topolog
     with pytest.raises(StreamsError, match="only global tables"):
         app.start()
     assert app.close(10)
+
+
+def test_aggregate_timestamps_survive_a_restore_and_a_stale_checkpoint_fails_loudly(
+        bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    """Issue 6, items 5 and the restore gap: a restored aggregation keeps its timestamps (an out-of-order
+    record after the restore still gets the newer timestamp), and a checkpoint claiming changelog offsets
+    the changelog does not have fails the start, naming the changelog, instead of silently skipping."""
+    source, sink = f"{unique_name}-in", f"{unique_name}-out"
+    create_topics(bootstrap, {source: 2, sink: 2})
+    builder = StreamsBuilder()
+    builder.stream(source, key_serde=String, value_serde=Long).group_by_key().count(
+        materialized="counts").to_stream().to(sink, value_serde=Long)
+    topology = builder.build()
+    first_state = tmp_path / "first"
+
+    def run(records: list[GeneratedRecord], state_dir: Path, expected_outputs: int) -> list[Any]:
+        produce(bootstrap, source, records, String, Long)
+        app = KafkaStreams(topology, config(bootstrap, unique_name, state_dir))
+        app.start()
+        try:
+            wait_for(lambda: len(read_topic(bootstrap, sink, String, Long, 2)) >= expected_outputs, 60, "outputs")
+        finally:
+            assert app.close(30)
+        assert app.exception is None
+        return read_topic(bootstrap, sink, String, Long, 2)
+
+    run([GeneratedRecord("k", 1, 5_000), GeneratedRecord("k", 1, 9_000)], first_state, 1)
+    out = run([GeneratedRecord("k", 1, 1_000)], tmp_path / "second", 2)  # new state dir: a full restore
+    last = max((r for r in out if r.key == "k"), key=lambda r: r.value)
+    assert (last.value, last.timestamp) == (3, 9_000)  # not 1_000: the restored aggregate kept 9_000
+
+    checkpoint = first_state / unique_name / "0_0" / ".checkpoint"
+    checkpoint = checkpoint if checkpoint.exists() else first_state / unique_name / "0_1" / ".checkpoint"
+    entries = json.loads(checkpoint.read_text())
+    for entry in entries:
+        entry["offset"] += 1_000  # as if the changelog had been recreated shorter under this local state
+    checkpoint.write_text(json.dumps(entries))
+    app = KafkaStreams(topology, config(bootstrap, unique_name, first_state))
+    app.start()
+    try:
+        wait_for(lambda: app.exception is not None, 60, "the restore to fail")
+    finally:
+        app.close(30)
+    assert f"{unique_name}-counts-changelog[" in str(app.exception)
+    assert "ends at offset" in str(app.exception) and "KafkaStreams.cleanup()" in str(app.exception)

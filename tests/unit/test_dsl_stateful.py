@@ -415,3 +415,118 @@ def test_design_example_stateful_part_verbatim() -> None:
 
     app = KafkaStreams(topology, {"application.id": "demo", "bootstrap.servers": "127.0.0.1:9092"})
     assert app.close()
+
+
+# -- timestamps and headers of aggregate results (issue 6, items 5 and 6) ---------------------------------------
+
+def out_of_order(count: int, seed: int) -> list[tuple[str, int, int]]:
+    """(key, value, timestamp) over 40 keys; timestamps jump back by up to 10 s a third of the time."""
+    rng = random.Random(seed)
+    records, clock = [], 1_000_000
+    for _ in range(count):
+        clock += rng.randrange(0, 1_000)
+        timestamp = clock - rng.randrange(0, 10_000) if rng.random() < 0.33 else clock
+        records.append((f"k{rng.randrange(40):02d}", rng.randrange(1, 100), timestamp))
+    return records
+
+
+@CACHING
+def test_stream_aggregate_timestamps_never_go_back_in_time(caching: bool) -> None:
+    """Kafka Streams emits max(record timestamp, the aggregate's previous timestamp) for count, reduce and
+    aggregate; the changelog records carry the same timestamp, and it survives in the store."""
+    records = out_of_order(3_000, seed=11)
+    builder = StreamsBuilder()
+    grouped = builder.stream("in", key_serde=String, value_serde=Long).group_by_key()
+    grouped.count(materialized=store_options("counts", caching)).to_stream().to("count-out", value_serde=Long)
+    grouped.reduce(lambda a, b: a + b, materialized=store_options("sums", caching)).to_stream().to(
+        "sum-out", value_serde=Long)
+    grouped.aggregate(lambda: 0, lambda k, v, agg: max(agg, v),
+                      materialized=store_options("maxes", caching).with_value_serde(Long)).to_stream().to(
+        "max-out", value_serde=Long)
+    with TopologyTestDriver(builder.build(), CONFIG) as driver:
+        inp = driver.create_input_topic("in", String, Long)
+        expected: list[tuple[str, int]] = []
+        latest: dict[str, int] = {}
+        for key, value, timestamp in records:
+            inp.pipe_input(key, value, timestamp=timestamp)
+            latest[key] = max(latest.get(key, timestamp), timestamp)
+            expected.append((key, latest[key]))
+        for name in ("count", "sum", "max"):
+            out = driver.create_output_topic(f"{name}-out", String, Long).read_records_to_list()
+            assert [(r.key, r.timestamp) for r in out] == expected, name
+        for store in ("counts", "sums", "maxes"):
+            changelog = driver.create_output_topic(f"{APP}-{store}-changelog", String, Long).read_records_to_list()
+            assert [(r.key, r.timestamp) for r in changelog] == expected, store
+            kv = driver.get_timestamped_key_value_store(store)
+            assert {k: kv.get_with_timestamp(k).timestamp for k in latest} == latest
+        assert driver.get_key_value_store("counts").get("k00") == sum(1 for k, _, _ in records if k == "k00")
+
+
+@CACHING
+def test_table_aggregate_timestamps_never_go_back_in_time(caching: bool) -> None:
+    """KTable group_by count/reduce: the group's result carries max(update timestamp, the group's previous)."""
+    rng = random.Random(5)
+    updates = [(f"u{rng.randrange(30):02d}", rng.choice(REGIONS), ts) for _, _, ts in out_of_order(2_000, seed=3)]
+    builder = StreamsBuilder()
+    (builder.table("users", key_serde=String, value_serde=String, materialized=store_options("users", caching))
+     .group_by(lambda user, region: (region, user), key_serde=String, value_serde=String)
+     .count(materialized=store_options("per-region", caching)).to_stream().to("out", value_serde=Long))
+    with TopologyTestDriver(builder.build(), CONFIG) as driver:
+        inp = driver.create_input_topic("users", String, String)
+        out = driver.create_output_topic("out", String, Long)
+        region_time: dict[str, int] = {}
+        current: dict[str, str] = {}
+        for user, region, timestamp in updates:
+            inp.pipe_input(user, region, timestamp=timestamp)
+            touched = {region, current.get(user, region)}
+            current[user] = region
+            for record in out.read_records_to_list():
+                assert record.key in touched
+                region_time[record.key] = max(region_time.get(record.key, timestamp), timestamp)
+                assert record.timestamp == region_time[record.key], (record, timestamp)
+        assert len(region_time) == len(REGIONS)
+
+
+def test_table_source_stores_each_update_with_its_own_timestamp() -> None:
+    builder = StreamsBuilder()
+    builder.table("t", key_serde=String, value_serde=Long, materialized="t").to_stream().to("out", value_serde=Long)
+    with TopologyTestDriver(builder.build(), CONFIG) as driver:
+        inp = driver.create_input_topic("t", String, Long)
+        inp.pipe_input("a", 1, timestamp=100)
+        inp.pipe_input("a", 2, timestamp=50)  # a table takes the update as it comes, as Kafka Streams' KTableSource
+        out = driver.create_output_topic("out", String, Long).read_records_to_list()
+        assert [(r.value, r.timestamp) for r in out] == [(1, 100), (2, 50)]
+        assert driver.get_timestamped_key_value_store("t").get_with_timestamp("a") == (2, 50)
+
+
+@CACHING
+def test_aggregations_forward_the_headers_of_the_record_that_made_the_result(caching: bool) -> None:
+    """With caching on, the cache keeps each entry's headers and the flush forwards them (as without)."""
+    builder = StreamsBuilder()
+    builder.stream("in", key_serde=String, value_serde=Long).group_by_key().count(
+        materialized=store_options("counts", caching)).to_stream().to("out", value_serde=Long)
+    with TopologyTestDriver(builder.build(), CONFIG) as driver:
+        inp = driver.create_input_topic("in", String, Long)
+        inp.pipe_input("a", 1, timestamp=1, headers=[("trace", b"t-1")])
+        inp.pipe_input("a", 1, timestamp=2, headers=[("trace", b"t-2"), ("tenant", b"x")])
+        inp.pipe_input("b", 1, timestamp=3)
+        out = driver.create_output_topic("out", String, Long).read_records_to_list()
+        assert [(r.key, r.value, r.headers) for r in out] == [
+            ("a", 1, [("trace", b"t-1")]), ("a", 2, [("trace", b"t-2"), ("tenant", b"x")]), ("b", 1, [])]
+
+
+def test_headers_survive_a_cache_eviction() -> None:
+    """A tiny cache budget evicts entries while records are processed (one input fans out to 50 keys
+    through a repartition topic before the driver commits): the evicted results keep their headers."""
+    builder = StreamsBuilder()
+    (builder.stream("in", key_serde=String, value_serde=Long)
+     .flat_map(lambda k, v: [(f"{k}-{i:02d}", v) for i in range(50)])
+     .group_by_key(key_serde=String, value_serde=Long)
+     .count(materialized=store_options("counts", True)).to_stream().to("out", value_serde=Long))
+    with TopologyTestDriver(builder.build(), {**CONFIG, "statestore.cache.max.bytes": 2_000}) as driver:
+        inp = driver.create_input_topic("in", String, Long)
+        inp.pipe_input("a", 1, timestamp=1, headers=[("batch", b"first")])
+        inp.pipe_input("b", 1, timestamp=2, headers=[("batch", b"second")])
+        out = driver.create_output_topic("out", String, Long).read_records_to_list()
+        assert len(out) == 100
+        assert all(r.headers == [("batch", b"first" if r.key.startswith("a-") else b"second")] for r in out)

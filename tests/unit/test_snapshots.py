@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from streaming.runtime.snapshots import NoSnapshots, Snapshot, seed_from_snapshots
 from streaming.serdes import Serdes
-from streaming.state.keyvalue import StoreContext, TypedKeyValueStore
+from streaming.state.keyvalue import StoreContext, TimestampedTypedKeyValueStore, TypedKeyValueStore
 from streaming.state.memory import InMemoryBytesStore
 
 
@@ -12,11 +12,11 @@ class OneSnapshot:
     def latest(self, topic: str, partition: int) -> Snapshot | None:
         if (topic, partition) != ("app-s-changelog", 0):
             return None
-        return Snapshot(topic, partition, 42, iter([[(b"a", b"1"), (b"b", b"2")], [(b"c", b"3")]]))
+        return Snapshot(topic, partition, 42, iter([[(b"a", b"1", 10), (b"b", b"2", 20)], [(b"c", b"3", 30)]]))
 
 
-def store() -> TypedKeyValueStore:
-    kv = TypedKeyValueStore("s", InMemoryBytesStore("s"), Serdes.String(), Serdes.String())
+def store(kind: type[TypedKeyValueStore] = TypedKeyValueStore) -> TypedKeyValueStore:
+    kv = kind("s", InMemoryBytesStore("s"), Serdes.String(), Serdes.String())
     kv.init(StoreContext("app", "0_0", None, Serdes.String(), Serdes.String()))
     return kv
 
@@ -38,3 +38,9 @@ def test_a_checkpointed_store_ignores_snapshots() -> None:
     assert list(local.all()) == []
     assert seed_from_snapshots(NoSnapshots(), {("app-s-changelog", 0): 0}, {("app-s-changelog", 0): local}) \
         == {("app-s-changelog", 0): 0}
+
+
+def test_a_timestamped_store_takes_the_timestamps_of_the_snapshot() -> None:
+    kv = store(TimestampedTypedKeyValueStore)
+    seed_from_snapshots(OneSnapshot(), {("app-s-changelog", 0): 0}, {("app-s-changelog", 0): kv})
+    assert [kv.get_with_timestamp(k) for k in "abc"] == [("1", 10), ("2", 20), ("3", 30)]
