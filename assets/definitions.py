@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.app_topologies import check_apps_against_topologies
 from assets.platform_spec import find_spec_path, load_platform_spec
 from assets.resources import PlatformResource, kafka_resource
 from assets.topics import topic_asset_specs
 
 spec_path = find_spec_path()
 platform_spec = load_platform_spec(spec_path)
+check_apps_against_topologies(platform_spec)
 
 defs = dg.Definitions(
     assets=topic_asset_specs(platform_spec),
