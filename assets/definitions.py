@@ -10,7 +10,9 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.app_topologies import check_apps_against_topologies
+from assets.automation import automation_schedules
 from assets.platform_spec import find_spec_path, load_platform_spec
+from assets.quality import quality_checks
 from assets.resources import PlatformResource, kafka_resource
 from assets.topics import topic_asset_specs
 
@@ -20,6 +22,8 @@ check_apps_against_topologies(platform_spec)
 
 defs = dg.Definitions(
     assets=topic_asset_specs(platform_spec),
+    asset_checks=quality_checks(platform_spec),
+    schedules=automation_schedules(platform_spec.archive),
     resources={
         "kafka": kafka_resource(platform_spec),
         "platform": PlatformResource(path=str(spec_path.resolve())),

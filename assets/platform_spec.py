@@ -257,7 +257,11 @@ class QualityRule(_Model):
             return [f"quality rule {self.name!r}: topic {self.topic!r} is not declared"]
         problems = [f"quality rule {self.name!r}: baseline topic {name!r} is not declared"
                     for name in [self.baseline or "", *self.baseline_minus] if name and name not in topics]
-        columns = topics[self.topic].columns()
+        topic = topics[self.topic]
+        columns = topic.columns()
+        if self.check == "absent" and EXTRA_FIELDS_COLUMN not in columns:
+            problems.append(f"quality rule {self.name!r}: absent needs topic {self.topic!r} to have a JSON value "
+                            f"with declared fields (undeclared ones are archived in {EXTRA_FIELDS_COLUMN})")
         for column in self.columns:
             kind = columns.get(column)
             if self.check == "absent":

@@ -69,6 +69,9 @@ def test_rule_columns_are_checked_against_the_topic() -> None:
     assert "cannot be required absent" in problems(check="absent", columns=["qty"])[0]
     assert "freshness needs the timestamp" in problems(check="freshness", columns=["region"], max_age_minutes=1)[0]
     assert "baseline topic 'u' is not declared" in problems(check="row_count", baseline="u", min_ratio=1)[0]
+    topics["scalar"] = TopicSpec(partitions=1, value="long")
+    assert "absent needs topic 'scalar' to have a JSON value" in QualityRule(
+        name="r", topic="scalar", check="absent", columns=["x"]).column_problems(topics)[0]
 
 
 def test_archive_location_is_local_and_disorder_bounded() -> None:
