@@ -16,7 +16,7 @@ _ARROW_TYPES: dict[ColumnType, pa.DataType] = {
     "boolean": pa.bool_(),
     "json": pa.string(),  # JSON text
     "bytes": pa.binary(),
-    "timestamp": pa.timestamp("ms", tz="UTC"),
+    "timestamp": pa.timestamp("us", tz="UTC"),  # Spark's TimestampType
     "map": pa.map_(pa.string(), pa.string()),  # extra_fields: field name -> JSON text
 }
 
