@@ -19,7 +19,7 @@ import dagster as dg
 
 from assets.platform_spec import PlatformSpec, load_platform_spec, repo_root
 
-__all__ = ["KafkaResource", "PlatformResource", "kafka_resource"]
+__all__ = ["KafkaResource", "PlatformResource", "kafka_resource", "kafka_source_options"]
 
 _SECRET_KEYS = ("sasl.password", "ssl.key.password", "ssl.keystore.password")
 _REDACTED = "***"
@@ -81,6 +81,17 @@ class KafkaResource(dg.ConfigurableResource):
         from streaming.admin import partition_counts
 
         return partition_counts(self.bootstrap_servers, topics, self.security_config())
+
+
+def kafka_source_options(kafka: KafkaResource) -> dict[str, str]:
+    """Options for ``spark.read.format("brook-kafka")`` that connect to ``kafka``'s cluster with its
+    security settings (``kafka.bootstrap.servers``, ``kafka.security.protocol``, ``kafka.sasl.*``, ...).
+
+    Holds secrets: pass it to ``.options(**...)``, never to logs or metadata.
+    """
+    from assets.spark import client_options
+
+    return client_options(kafka.client_config())
 
 
 class PlatformResource(dg.ConfigurableResource):
