@@ -39,6 +39,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 __all__ = [
+    "DATA_DIR",
     "MANIFEST_FORMAT",
     "PartitionSnapshot",
     "SnapshotError",
