@@ -42,6 +42,7 @@ __all__ = [
     "PlatformSpecError",
     "QualityRule",
     "RecordFormat",
+    "SnapshotsSpec",
     "StoreSpec",
     "TopicSpec",
     "find_spec_path",
@@ -306,6 +307,24 @@ class ArchiveSpec(_Model):
         return path if path.is_absolute() else repo_root() / path
 
 
+class SnapshotsSpec(_Model):
+    """Where changelog compaction writes store snapshots (and workers read them), and how many to keep.
+
+    ``location``: a local directory (relative paths are relative to the repository root) or a URI
+    the cluster can reach: ``s3a://bucket/prefix`` (Spark's S3A connector; read as ``s3://`` by
+    pyarrow), ``hdfs://namenode/path``, ``file:///abs/path``.
+    """
+
+    location: str = Field(default=".brook/snapshots", min_length=1)
+    keep: PositiveInt = 3
+
+    def resolved_location(self, root: Path) -> str:
+        """``location`` with a relative local path made absolute against ``root``."""
+        if "://" in self.location or Path(self.location).is_absolute():
+            return self.location
+        return str(root / self.location)
+
+
 class PlatformSpec(_Model):
     """The whole platform spec (``platform/platform.yaml``)."""
 
@@ -316,6 +335,7 @@ class PlatformSpec(_Model):
     apps: dict[str, AppSpec]
     archive: ArchiveSpec
     quality: list[QualityRule] = Field(default_factory=list)
+    snapshots: SnapshotsSpec = Field(default_factory=SnapshotsSpec)
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Self:
