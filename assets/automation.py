@@ -23,12 +23,10 @@ from datetime import UTC, datetime, timedelta
 import dagster as dg
 
 from assets.archive.keys import ARCHIVE_GROUP
+from assets.compaction import COMPACTION_GROUP
 from assets.platform_spec import ArchiveSpec
 
-__all__ = ["ARCHIVE_JOB", "COMPACTION_GROUP", "COMPACTION_JOB", "automation_schedules", "partitions_due"]
-
-#: The asset group of the changelog compaction assets (assets/compaction.py).
-COMPACTION_GROUP = "compaction"
+__all__ = ["ARCHIVE_JOB", "COMPACTION_JOB", "automation_schedules", "partitions_due"]
 
 NIGHTLY_COMPACTION_CRON = "0 2 * * *"
 HOURLY_ARCHIVE_CRON = "5 * * * *"

@@ -1,9 +1,10 @@
 """The Brook code location: ``dagster dev -w workspace.yaml`` loads ``defs`` from here.
 
-Built from small modules: the platform spec (``platform_spec``), resources (``resources``), the
-Kafka topics as external assets (``topics``) and changelog compaction into snapshots
-(``compaction``). Archive, quality checks, reprocessing, scaling, sensors and schedules are planned
-and will join this ``dg.Definitions``.
+Built from small modules: the platform spec (``platform_spec``, checked against the apps' code by
+``app_topologies``), resources (``resources``), the Kafka topics as external assets (``topics``),
+changelog compaction into snapshots (``compaction``), the daily topic archive (``archive``), Great
+Expectations checks on it (``quality``) and the schedules (``automation``). Reprocessing, scaling and
+sensors are planned and will join this ``dg.Definitions``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.app_topologies import check_apps_against_topologies
+from assets.archive.assets import archive_assets
 from assets.automation import automation_schedules
 from assets.compaction import compaction_assets
 from assets.platform_spec import find_spec_path, load_platform_spec
@@ -23,7 +25,7 @@ platform_spec = load_platform_spec(spec_path)
 check_apps_against_topologies(platform_spec)
 
 defs = dg.Definitions(
-    assets=[*topic_asset_specs(platform_spec), *compaction_assets(platform_spec)],
+    assets=[*topic_asset_specs(platform_spec), *compaction_assets(platform_spec), *archive_assets(platform_spec)],
     asset_checks=quality_checks(platform_spec),
     schedules=automation_schedules(platform_spec.archive),
     resources={

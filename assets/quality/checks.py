@@ -3,7 +3,9 @@
 A rule on topic ``T`` checks the ``archive/T`` asset: it reads the archived day (only the columns it
 needs) and validates it with Great Expectations (:mod:`assets.quality.validation`). The checked day
 is the run's partition (checks run in the same run as the archive partition they follow), or, when a
-check is run on its own, the archive's latest materialized partition. ``severity`` comes from the
+check is run on its own, the archive's latest materialized partition. The checks come from the spec
+the code location loaded; a run reads the rule, the topic and the archive location from the spec
+again, through the ``platform`` resource. ``severity`` comes from the
 rule, and ERROR rules are blocking: their failure stops assets downstream of the archive.
 
 The check's metadata carries, per expectation, the failing row count (``failing <label>``), a
@@ -22,6 +24,7 @@ from assets.archive.layout import ArchiveMissingError, day_dir, day_row_count, r
 from assets.platform_spec import PlatformSpec, QualityRule
 from assets.quality.expectations import expectations_for, row_count_bounds
 from assets.quality.validation import RuleOutcome, columns_to_read, prepare_frame, run_expectations
+from assets.resources import PlatformResource
 
 __all__ = ["quality_checks"]
 
@@ -116,28 +119,33 @@ def _rule_check(spec: PlatformSpec, rule: QualityRule) -> dg.AssetChecksDefiniti
         blocking=rule.severity == "ERROR",
         additional_deps=[archive_asset_key(topic) for topic in baselines],
     )
-    def check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        topic = spec.topics[rule.topic]
-        day = _checked_day(context, rule.topic)
-        root = spec.archive.root()
+    def check(context: dg.AssetCheckExecutionContext, platform: PlatformResource) -> dg.AssetCheckResult:
+        current = platform.spec()
+        checked = next((r for r in current.quality if r.name == rule.name), None)
+        if checked is None:
+            raise dg.Failure(f"quality rule {rule.name!r} is no longer in the platform spec {platform.path}: "
+                             "reload the code location")
+        topic = current.topics[checked.topic]
+        day = _checked_day(context, checked.topic)
+        root = current.archive.root()
         extra: dict[str, Any] = {}
         baseline_rows = None
         try:
-            frame = read_day(root, rule.topic, day, columns_to_read(rule, topic))
-            if rule.check == "row_count":
-                baseline_rows, counts = _baseline_rows(spec, rule, day)
-                low, high = row_count_bounds(rule, baseline_rows)
+            frame = read_day(root, checked.topic, day, columns_to_read(checked, topic))
+            if checked.check == "row_count":
+                baseline_rows, counts = _baseline_rows(current, checked, day)
+                low, high = row_count_bounds(checked, baseline_rows)
                 extra = {"baseline rows": dg.MetadataValue.json(counts), "expected rows": f"[{low}, {high}]"}
         except ArchiveMissingError as exc:
-            raise dg.Failure(f"quality rule {rule.name!r}: {exc}") from exc
-        expectations = expectations_for(rule, topic, day=day, now=datetime.now(UTC), baseline_rows=baseline_rows)
-        outcome = run_expectations(rule.name, expectations, prepare_frame(rule, frame))
-        context.log.info(f"{rule.name} on {rule.topic} {day}: {_summary(outcome)}")
+            raise dg.Failure(f"quality rule {checked.name!r}: {exc}") from exc
+        expectations = expectations_for(checked, topic, day=day, now=datetime.now(UTC), baseline_rows=baseline_rows)
+        outcome = run_expectations(checked.name, expectations, prepare_frame(checked, frame))
+        context.log.info(f"{checked.name} on {checked.topic} {day}: {_summary(outcome)}")
         return dg.AssetCheckResult(
             passed=outcome.success,
-            severity=dg.AssetCheckSeverity[rule.severity],
+            severity=dg.AssetCheckSeverity[checked.severity],
             description=_summary(outcome),
-            metadata={**_metadata(outcome, day, str(day_dir(root, rule.topic, day))), **extra},
+            metadata={**_metadata(outcome, day, str(day_dir(root, checked.topic, day))), **extra},
         )
 
     return check

@@ -6,7 +6,8 @@ import dagster as dg
 import pytest
 
 from assets.archive import ARCHIVE_GROUP, archive_asset_key
-from assets.automation import COMPACTION_GROUP, automation_schedules, partitions_due
+from assets.automation import automation_schedules, partitions_due
+from assets.compaction import COMPACTION_GROUP
 from assets.platform_spec import ArchiveSpec
 
 ARCHIVE = ArchiveSpec(start_date=date(2024, 3, 1), max_disorder_minutes=15)

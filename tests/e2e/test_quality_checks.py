@@ -21,6 +21,7 @@ from assets.archive.schema import arrow_schema
 from assets.archive.writer import publish_day, staging_dir
 from assets.platform_spec import PlatformSpec, load_platform_spec
 from assets.quality import quality_checks
+from assets.resources import PlatformResource
 
 pytestmark = pytest.mark.slow
 
@@ -30,12 +31,19 @@ DAY_MS = int(datetime(2023, 11, 14, tzinfo=UTC).timestamp() * 1000)
 
 
 @pytest.fixture
-def spec(tmp_path: Path) -> PlatformSpec:
+def spec_path(tmp_path: Path) -> Path:
+    """The repo's platform.yaml with the archive under ``tmp_path``."""
     raw = yaml.safe_load((ROOT / "platform" / "platform.yaml").read_text())
     raw["archive"]["location"] = str(tmp_path / "archive")
     path = tmp_path / "platform.yaml"
     path.write_text(yaml.safe_dump(raw))
-    return load_platform_spec(path)
+    return path
+
+
+def _materialize(spec_path: Path, assets: list[Any]) -> dg.ExecuteInProcessResult:
+    """The assets and every quality check, for DAY, with the spec as the ``platform`` resource."""
+    return dg.materialize([*assets, *quality_checks(load_platform_spec(spec_path))], partition_key=DAY.isoformat(),
+                          resources={"platform": PlatformResource(path=str(spec_path))}, raise_on_error=False)
 
 
 def _write_day(spec: PlatformSpec, topic: str, day: date, rows: list[dict[str, Any]]) -> None:
@@ -82,9 +90,13 @@ def _good_archives() -> dict[str, list[dict[str, Any]]]:
     return {"orders": orders, "orders-rejected": rejected, "order-lines": lines, "wordcount-counts": counts}
 
 
-def _run(spec: PlatformSpec, archives: dict[str, list[dict[str, Any]]]) -> dg.ExecuteInProcessResult:
-    assets = [_stand_in(spec, topic, rows) for topic, rows in archives.items()]
-    return dg.materialize([*assets, *quality_checks(spec)], partition_key=DAY.isoformat(), raise_on_error=False)
+def _stand_ins(spec_path: Path, archives: dict[str, list[dict[str, Any]]]) -> list[dg.AssetsDefinition]:
+    spec = load_platform_spec(spec_path)
+    return [_stand_in(spec, topic, rows) for topic, rows in archives.items()]
+
+
+def _run(spec_path: Path, archives: dict[str, list[dict[str, Any]]]) -> dg.ExecuteInProcessResult:
+    return _materialize(spec_path, _stand_ins(spec_path, archives))
 
 
 def _evaluations(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
@@ -95,11 +107,11 @@ def _value(evaluation: dg.AssetCheckEvaluation, key: str) -> Any:
     return evaluation.metadata[key].value
 
 
-def test_checks_pass_on_good_output(spec: PlatformSpec) -> None:
-    result = _run(spec, _good_archives())
+def test_checks_pass_on_good_output(spec_path: Path) -> None:
+    result = _run(spec_path, _good_archives())
     evaluations = _evaluations(result)
     assert result.success
-    assert set(evaluations) == {rule.name for rule in spec.quality}
+    assert set(evaluations) == {rule.name for rule in load_platform_spec(spec_path).quality}
     failed = {name: e.description for name, e in evaluations.items() if not e.passed}
     assert failed == {}
     lines = evaluations["order_lines_complete"]
@@ -112,7 +124,7 @@ def test_checks_pass_on_good_output(spec: PlatformSpec) -> None:
     assert _value(coverage, "observed row_count") == 9
 
 
-def test_checks_fail_with_failing_counts_and_samples_on_bad_rows(spec: PlatformSpec) -> None:
+def test_checks_fail_with_failing_counts_and_samples_on_bad_rows(spec_path: Path) -> None:
     archives = _good_archives()
     archives["order-lines"] = [
         _line(0, "item-001"),
@@ -126,7 +138,7 @@ def test_checks_fail_with_failing_counts_and_samples_on_bad_rows(spec: PlatformS
     archives["orders-rejected"][1]["reason"] = None
     archives["wordcount-counts"].append({"key": "river", "value": 0})
 
-    result = _run(spec, archives)
+    result = _run(spec_path, archives)
     evaluations = _evaluations(result)
     assert not result.success  # blocking ERROR checks failed
 
@@ -164,34 +176,34 @@ def test_checks_fail_with_failing_counts_and_samples_on_bad_rows(spec: PlatformS
     assert evaluations["word_counts_fresh"].passed
 
 
-def test_blocking_check_stops_downstream_assets(spec: PlatformSpec) -> None:
+def test_blocking_check_stops_downstream_assets(spec_path: Path) -> None:
     archives = _good_archives()
     archives["order-lines"][0]["qty"] = 0
     downstream_ran: list[bool] = []
 
-    @dg.asset(deps=[archive_asset_key("order-lines")], partitions_def=archive_partitions(spec.archive))
+    partitions = archive_partitions(load_platform_spec(spec_path).archive)
+
+    @dg.asset(deps=[archive_asset_key("order-lines")], partitions_def=partitions)
     def report() -> None:
         downstream_ran.append(True)
 
-    assets = [_stand_in(spec, topic, rows) for topic, rows in archives.items()]
-    result = dg.materialize([*assets, report, *quality_checks(spec)], partition_key=DAY.isoformat(),
-                            raise_on_error=False)
+    result = _materialize(spec_path, [*_stand_ins(spec_path, archives), report])
     assert not result.success
     assert not _evaluations(result)["order_lines_positive_quantity"].passed
     assert downstream_ran == []
 
 
-def test_check_without_an_archived_day_fails_naming_the_path(spec: PlatformSpec) -> None:
+def test_check_without_an_archived_day_fails_naming_the_path(spec_path: Path) -> None:
     archives = _good_archives()
     del archives["orders-rejected"]  # the row_count baseline_minus archive is missing
 
-    @dg.asset(key=archive_asset_key("orders-rejected"), partitions_def=archive_partitions(spec.archive))
+    partitions = archive_partitions(load_platform_spec(spec_path).archive)
+
+    @dg.asset(key=archive_asset_key("orders-rejected"), partitions_def=partitions)
     def not_written() -> None:
         return None
 
-    assets = [_stand_in(spec, topic, rows) for topic, rows in archives.items()]
-    result = dg.materialize([*assets, not_written, *quality_checks(spec)], partition_key=DAY.isoformat(),
-                            raise_on_error=False)
+    result = _materialize(spec_path, [*_stand_ins(spec_path, archives), not_written])
     failures = [event for event in result.all_events if event.event_type_value == "STEP_FAILURE"]
     messages = " ".join(str(event.step_failure_data.error.message) for event in failures)
     assert "order_lines_cover_valid_orders" in messages
