@@ -14,8 +14,8 @@ until they are turned on in the UI or with ``dagster schedule start``).
   partition; at the first tick at least ``archive.max_disorder_minutes`` past midnight, yesterday's
   partition as well (its final version: every record of the day is in by then).
 
-Both jobs run their steps in one process (``in_process_executor``), so they share one SparkSession
-instead of starting a JVM per asset.
+Like every run of the code location, both jobs run their steps in one process (the definitions'
+``in_process_executor``), so they share one SparkSession instead of starting a JVM per asset.
 """
 
 from datetime import UTC, datetime, timedelta
@@ -38,7 +38,6 @@ COMPACTION_JOB = dg.define_asset_job(
     "nightly_compaction",
     selection=dg.AssetSelection.groups(COMPACTION_GROUP),
     description="Compact every store's changelog into a Parquet snapshot.",
-    executor_def=dg.in_process_executor,
 )
 
 #: One day of every topic's archive, with the quality checks on the archives.
@@ -46,7 +45,6 @@ ARCHIVE_JOB = dg.define_asset_job(
     "hourly_archive",
     selection=dg.AssetSelection.groups(ARCHIVE_GROUP),
     description="Archive every topic's day into Parquet and run the quality checks on it.",
-    executor_def=dg.in_process_executor,
 )
 
 
