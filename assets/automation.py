@@ -80,8 +80,8 @@ def _hourly_archive_schedule(archive: ArchiveSpec) -> dg.ScheduleDefinition:
     return hourly_archive
 
 
-def automation_schedules(archive: ArchiveSpec) -> list[dg.ScheduleDefinition]:
-    """The nightly compaction and the hourly archive schedules (their jobs come with them)."""
+def automation_schedules(archive: ArchiveSpec | None) -> list[dg.ScheduleDefinition]:
+    """The nightly compaction and (with an archive) the hourly archive schedules, with their jobs."""
     nightly = dg.ScheduleDefinition(
         name="nightly_compaction",
         job=COMPACTION_JOB,
@@ -89,4 +89,4 @@ def automation_schedules(archive: ArchiveSpec) -> list[dg.ScheduleDefinition]:
         execution_timezone="UTC",
         description="Every night at 02:00 UTC: compact every changelog into a snapshot.",
     )
-    return [nightly, _hourly_archive_schedule(archive)]
+    return [nightly] if archive is None else [nightly, _hourly_archive_schedule(archive)]

@@ -333,7 +333,8 @@ class PlatformSpec(_Model):
     clusters: dict[str, ClusterSpec] = Field(min_length=1)
     topics: dict[str, TopicSpec]
     apps: dict[str, AppSpec]
-    archive: ArchiveSpec
+    archive: ArchiveSpec | None = None
+    """No section, no archive (and so no quality rules: they check the archive)."""
     quality: list[QualityRule] = Field(default_factory=list)
     snapshots: SnapshotsSpec = Field(default_factory=SnapshotsSpec)
 
@@ -360,6 +361,8 @@ class PlatformSpec(_Model):
                 counts = {t: self.topics[t].partitions for t in group if t in self.topics}
                 if len(set(counts.values())) > 1:
                     errors.append(f"app {name!r}: co-partitioned topics differ in partition count: {counts}")
+        if self.quality and self.archive is None:
+            errors.append("quality rules check the topics' archive: add an archive section (start_date at least)")
         for rule in self.quality:
             errors.extend(rule.column_problems(self.topics))
         if len({rule.name for rule in self.quality}) != len(self.quality):

@@ -16,7 +16,7 @@ import dagster as dg
 from assets.archive.keys import ARCHIVE_GROUP, archive_asset_key, archive_partitions, partition_day
 from assets.archive.materialize import ArchivedDay, archive_day
 from assets.compaction import SPARK_POOL
-from assets.platform_spec import PlatformSpec
+from assets.platform_spec import ArchiveSpec, PlatformSpec
 from assets.resources import KafkaResource, PlatformResource, SparkResource
 from assets.topics import topic_asset_key
 
@@ -40,25 +40,25 @@ def _metadata(archived: ArchivedDay) -> dict[str, Any]:
     }
 
 
-def _archive_asset(spec: PlatformSpec, topic: str) -> dg.AssetsDefinition:
+def _archive_asset(spec: PlatformSpec, archive_spec: ArchiveSpec, topic: str) -> dg.AssetsDefinition:
     topic_spec = spec.topics[topic]
 
     @dg.asset(
         key=archive_asset_key(topic),
         group_name=ARCHIVE_GROUP,
-        partitions_def=archive_partitions(spec.archive),
+        partitions_def=archive_partitions(archive_spec),
         deps=[topic_asset_key(topic)],
         pool=SPARK_POOL,
         kinds={"spark", "parquet"},
         description=(f"Kafka topic {topic} by day of record timestamp, decoded into Parquet columns "
-                     f"({', '.join(topic_spec.columns())}) under {spec.archive.location}/{topic}/date=<day>/."),
+                     f"({', '.join(topic_spec.columns())}) under {archive_spec.location}/{topic}/date=<day>/."),
     )
     def archive(context: dg.AssetExecutionContext, kafka: KafkaResource, platform: PlatformResource,
                 pyspark: SparkResource) -> dg.MaterializeResult:
         current = platform.spec()
-        if topic not in current.topics:
-            raise dg.Failure(f"topic {topic!r} is no longer in the platform spec {platform.path}: reload the "
-                             "code location")
+        if topic not in current.topics or current.archive is None:
+            raise dg.Failure(f"topic {topic!r} or the archive section is no longer in the platform spec "
+                             f"{platform.path}: reload the code location")
         archived = archive_day(pyspark.spark_session, kafka.client_config(), topic, current.topics[topic],
                                current.archive, partition_day(context.partition_key))
         context.log.info(f"archived {archived.rows} records of {topic} for {archived.day} "
@@ -69,5 +69,7 @@ def _archive_asset(spec: PlatformSpec, topic: str) -> dg.AssetsDefinition:
 
 
 def archive_assets(spec: PlatformSpec) -> list[dg.AssetsDefinition]:
-    """One daily-partitioned archive asset per topic the spec declares."""
-    return [_archive_asset(spec, topic) for topic in spec.topics]
+    """One daily-partitioned archive asset per topic the spec declares (none without an archive section)."""
+    if spec.archive is None:
+        return []
+    return [_archive_asset(spec, spec.archive, topic) for topic in spec.topics]

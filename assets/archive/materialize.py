@@ -145,6 +145,45 @@ def _bytes_under(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*.parquet"))
 
 
+def _verify_disorder(topic: str, day: date, stats: dict[int, dict[str, Any]], archive: ArchiveSpec) -> None:
+    """Fail when a record read is further behind than the bound the day's offsets were found with."""
+    for partition, stat in sorted(stats.items()):
+        if stat["max_behind_ms"] > archive.max_disorder_minutes * 60_000:
+            raise ArchiveError(
+                f"topic {topic!r} partition {partition} offset {stat['worst_offset']}: its timestamp is "
+                f"{stat['max_behind_ms'] / 60_000:.1f} min behind an earlier record's, more than "
+                f"archive.max_disorder_minutes ({archive.max_disorder_minutes}); day {day} could miss "
+                "records: raise the bound in platform.yaml and archive the day again")
+
+
+def _write(decoded: DataFrame, spec: TopicSpec, day_start_ms: int, staging: Path, undecodable: int) -> None:
+    """The day's decoded records into ``staging``, its undecodable ones (raw bytes, reason) into
+    ``staging/_undecodable``."""
+    from pyspark.sql import functions as F
+
+    ts_ms = F.unix_millis("timestamp")
+    in_day = (ts_ms >= day_start_ms) & (ts_ms < day_start_ms + DAY_MS)
+    (decoded.where(in_day & F.col(ERROR_COLUMN).isNull()).select(*spec.columns())
+     .write.mode("errorifexists").parquet(str(staging)))
+    if undecodable:
+        (decoded.where(in_day & F.col(ERROR_COLUMN).isNotNull())
+         .select("topic", "partition", "offset", "timestamp", F.col(RAW_KEY_COLUMN).alias("key"),
+                 F.col(RAW_VALUE_COLUMN).alias("value"), F.col(ERROR_COLUMN).alias("error"))
+         .write.parquet(str(staging / UNDECODABLE_DIR)))
+
+
+def _reports(ranges: dict[int, DayRange], stats: dict[int, dict[str, Any]]) -> dict[int, PartitionReport]:
+    reports = {}
+    for partition, found in sorted(ranges.items()):
+        stat = stats.get(partition, {})  # no row: nothing was read from the partition
+        reports[partition] = PartitionReport(
+            start=found.start, end=found.end, closed=found.closed, probes=found.probes,
+            read=stat.get("read") or 0, rows=stat.get("rows") or 0, undecodable=stat.get("undecodable") or 0,
+            first_offset=stat.get("first_offset"), last_offset=stat.get("last_offset"),
+            max_behind_ms=stat.get("max_behind_ms") or 0)
+    return reports
+
+
 def archive_day(spark: SparkSession, client_config: dict[str, Any], topic: str, spec: TopicSpec,
                 archive: ArchiveSpec, day: date) -> ArchivedDay:
     """Archive ``topic``'s records with a timestamp in ``day`` (UTC) to ``<archive>/<topic>/date=<day>``.
@@ -154,56 +193,30 @@ def archive_day(spark: SparkSession, client_config: dict[str, Any], topic: str, 
             (the bound the day's offsets were found with), naming the topic, partition and offset.
     """
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
     started = time.monotonic()
     client_config = {**READER_SETTINGS, **client_config}
     root = archive.root()
     day_start_ms = _day_start_ms(day)
-    max_disorder_ms = archive.max_disorder_minutes * 60_000
-    ranges = _find_ranges(client_config, topic, day_start_ms, max_disorder_ms)
+    ranges = _find_ranges(client_config, topic, day_start_ms, archive.max_disorder_minutes * 60_000)
     log.info("archive %s %s: offsets %s", topic, day, {p: (r.start, r.end) for p, r in ranges.items()})
 
     decoded = _read_decoded(spark, client_config, topic, spec, ranges).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         stats = _partition_stats(decoded, day_start_ms)
-        for partition, stat in sorted(stats.items()):
-            if stat["max_behind_ms"] > max_disorder_ms:
-                raise ArchiveError(
-                    f"topic {topic!r} partition {partition} offset {stat['worst_offset']}: its timestamp is "
-                    f"{stat['max_behind_ms'] / 60_000:.1f} min behind an earlier record's, more than "
-                    f"archive.max_disorder_minutes ({archive.max_disorder_minutes}); day {day} could miss "
-                    "records: raise the bound in platform.yaml and archive the day again")
-        ts_ms = F.unix_millis("timestamp")
-        in_day = (ts_ms >= day_start_ms) & (ts_ms < day_start_ms + DAY_MS)
+        _verify_disorder(topic, day, stats, archive)
+        reports = _reports(ranges, stats)
+        rows = sum(report.rows for report in reports.values())
+        undecodable = sum(report.undecodable for report in reports.values())
         recover_day(root, topic, day)
         staging = staging_dir(root, topic, day)
         try:
-            columns = list(spec.columns())
-            (decoded.where(in_day & F.col(ERROR_COLUMN).isNull()).select(*columns)
-             .write.mode("errorifexists").parquet(str(staging)))
-            undecodable = sum(stat["undecodable"] or 0 for stat in stats.values())
-            if undecodable:
-                (decoded.where(in_day & F.col(ERROR_COLUMN).isNotNull())
-                 .select("topic", "partition", "offset", "timestamp", F.col(RAW_KEY_COLUMN).alias("key"),
-                         F.col(RAW_VALUE_COLUMN).alias("value"), F.col(ERROR_COLUMN).alias("error"))
-                 .write.parquet(str(staging / UNDECODABLE_DIR)))
-            reports = {
-                p: PartitionReport(start=r.start, end=r.end, closed=r.closed, probes=r.probes,
-                                   read=stats.get(p, {}).get("read") or 0,
-                                   rows=stats.get(p, {}).get("rows") or 0,
-                                   undecodable=stats.get(p, {}).get("undecodable") or 0,
-                                   first_offset=stats.get(p, {}).get("first_offset"),
-                                   last_offset=stats.get(p, {}).get("last_offset"),
-                                   max_behind_ms=stats.get(p, {}).get("max_behind_ms") or 0)
-                for p, r in sorted(ranges.items())
-            }
-            rows = sum(report.rows for report in reports.values())
+            _write(decoded, spec, day_start_ms, staging, undecodable)
+            size = _bytes_under(staging)
             manifest = {"topic": topic, "day": day.isoformat(), "rows": rows, "undecodable": undecodable,
                         "max_disorder_minutes": archive.max_disorder_minutes,
                         "written_at": datetime.now(UTC).isoformat(),
                         "partitions": {str(p): asdict(report) for p, report in reports.items()}}
-            size = _bytes_under(staging)
             path = publish_day(staging, root, topic, day, manifest)
         except BaseException:
             discard_staging(staging)

@@ -15,6 +15,7 @@ value (``observed <label>``), plus the GE statistics and a summary table.
 
 
 from datetime import UTC, date, datetime
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -56,9 +57,15 @@ def _checked_day(context: dg.AssetCheckExecutionContext, topic: str) -> date:
     return partition_day(partition)
 
 
+def _archive_root(spec: PlatformSpec) -> Path:
+    if spec.archive is None:
+        raise dg.Failure("the platform spec has no archive section any more: reload the code location")
+    return spec.archive.root()
+
+
 def _baseline_rows(spec: PlatformSpec, rule: QualityRule, day: date) -> tuple[int, dict[str, int]]:
     """The baseline's rows for the day less the ``baseline_minus`` rows, and each archive's count."""
-    root = spec.archive.root()
+    root = _archive_root(spec)
     counts = {topic: day_row_count(root, topic, day) for topic in [rule.baseline or "", *rule.baseline_minus]}
     baseline = counts[rule.baseline or ""] - sum(counts[t] for t in rule.baseline_minus)
     return baseline, counts
@@ -127,7 +134,7 @@ def _rule_check(spec: PlatformSpec, rule: QualityRule) -> dg.AssetChecksDefiniti
                              "reload the code location")
         topic = current.topics[checked.topic]
         day = _checked_day(context, checked.topic)
-        root = current.archive.root()
+        root = _archive_root(current)
         extra: dict[str, Any] = {}
         baseline_rows = None
         try:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 import yaml
@@ -125,7 +126,9 @@ def test_each_day_holds_exactly_its_records(tmp_path: Path, topic: tuple[str, li
     assert {row["value"] for row in undecodable} == {b"{not json", b'{"id": "nine hundred"}'}
     assert all(row["error"].startswith("value: ") for row in undecodable)
 
-    decoded = ds.dataset(day_dir(spec.archive.root(), name, DAY_14), format="parquet").to_table().to_pylist()
+    table = ds.dataset(day_dir(spec.archive.root(), name, DAY_14), format="parquet").to_table()
+    assert table.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
+    decoded = table.to_pylist()
     assert {row["kind"] for row in decoded} == {"click"}
     assert all(dict(row["extra_fields"])["extra"] in ("true", "false") for row in decoded)
 
