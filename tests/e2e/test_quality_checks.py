@@ -208,3 +208,18 @@ def test_check_without_an_archived_day_fails_naming_the_path(spec_path: Path) ->
     messages = " ".join(str(event.step_failure_data.error.message) for event in failures)
     assert "order_lines_cover_valid_orders" in messages
     assert "orders-rejected/date=2023-11-14 does not exist" in messages
+
+
+def test_check_run_on_its_own_checks_the_latest_archived_day(spec_path: Path) -> None:
+    instance = dg.DagsterInstance.ephemeral()
+    stand_ins = _stand_ins(spec_path, _good_archives())
+    platform = {"platform": PlatformResource(path=str(spec_path))}
+    checks = quality_checks(load_platform_spec(spec_path))
+    assert dg.materialize(stand_ins, partition_key=DAY.isoformat(), instance=instance, resources=platform).success
+
+    # As the UI's "Execute check" does: the check alone, no partition.
+    result = dg.materialize([*stand_ins, *checks], instance=instance, resources=platform,
+                            selection=dg.AssetSelection.checks(dg.AssetCheckKey(archive_asset_key("order-lines"),
+                                                                                "order_lines_complete")))
+    [evaluation] = result.get_asset_check_evaluations()
+    assert evaluation.passed and _value(evaluation, "day") == DAY.isoformat()
