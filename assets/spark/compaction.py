@@ -38,6 +38,7 @@ from streaming.state.snapshots import PartitionSnapshot, SnapshotError, Snapshot
 __all__ = ["CompactionError", "CompactionResult", "compact_changelog", "plan_tail"]
 
 _SNAPSHOT_SCHEMA = "key binary, value binary, offset long, partition int"
+_TAIL_SCHEMA = "partition int, key binary, value binary, offset long"  # only the columns compaction needs
 
 
 class CompactionError(Exception):
@@ -123,7 +124,7 @@ def compact_changelog(spark: SparkSession, *, client_config: Mapping[str, Any], 
     snapshot_id = snapshots.next_snapshot_id(location, application_id, store)
     data_uri = f"{snapshots.store_uri(location, application_id, store)}/{snapshots.DATA_DIR}/{snapshot_id}"
 
-    tail = (spark.read.format(SOURCE_NAME).options(**client_options(config))
+    tail = (spark.read.format(SOURCE_NAME).schema(_TAIL_SCHEMA).options(**client_options(config))
             .option("subscribe", changelog_topic)
             .option("startingOffsets", json.dumps({changelog_topic: {str(p): o for p, o in starts.items()}}))
             .option("endingOffsets", json.dumps({changelog_topic: {str(p): o for p, o in ends.items()}}))

@@ -72,6 +72,20 @@ def test_reads_every_column_like_sparks_kafka_source(spark: SparkSession, bootst
     ]
 
 
+def test_a_schema_of_some_columns_builds_only_those(spark: SparkSession, bootstrap: str, unique_name: str) -> None:
+    topic = unique_name
+    create_topics(bootstrap, {topic: 1})
+    produce(bootstrap, topic, [{"partition": 0, "key": b"k", "value": b"v", "timestamp": 7}])
+    base = spark.read.format("brook-kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+    df = base.schema("offset long, timestampType int, key binary").load()
+    assert df.columns == ["offset", "timestampType", "key"]
+    assert [tuple(r) for r in df.collect()] == [(0, 0, bytearray(b"k"))]
+    for schema, message in (("offset int", "schema column 'offset' must be bigint, not int"),
+                            ("key binary, size long", "schema column 'size' is not a column of brook-kafka")):
+        with pytest.raises(AnalysisException, match=message):
+            base.schema(schema).load().collect()
+
+
 def test_offset_ranges_json_and_sentinels(spark: SparkSession, bootstrap: str, unique_name: str) -> None:
     topic = unique_name
     create_topics(bootstrap, {topic: 2})
