@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 #: soon as data is there, so a short wait costs nothing but a few empty fetches at a partition's end.
 READER_SETTINGS = {"fetch.wait.max.ms": 10}
 
+#: The source's columns the archive needs (the source builds only these; headers are not archived).
+_READ_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+
 
 class ArchiveError(RuntimeError):
     """The day cannot be archived as asked (the message names topic, partition and offset)."""
@@ -108,12 +111,12 @@ def _read_decoded(spark: SparkSession, client_config: dict[str, Any], topic: str
     offsets = {"start": {topic: {str(p): r.start for p, r in ranges.items()}},
                "end": {topic: {str(p): r.end for p, r in ranges.items()}}}
     raw = (spark.read.format(SOURCE_NAME)
+           .schema(_READ_SCHEMA)
            .options(**client_options(client_config))
            .option("subscribe", topic)
            .option("startingOffsets", json.dumps(offsets["start"]))
            .option("endingOffsets", json.dumps(offsets["end"]))
-           .load()
-           .select("key", "value", "topic", "partition", "offset", "timestamp"))
+           .load())
     return raw.mapInArrow(partial(decode_batches, topic=spec), from_arrow_schema(decoded_schema(spec)))
 
 
