@@ -1,25 +1,39 @@
 """The Brook code location: ``dagster dev -w workspace.yaml`` loads ``defs`` from here.
 
-Built from small modules: the platform spec (``platform_spec``), resources (``resources``) and the
-Kafka topics as external assets (``topics``). Compaction, archive, quality checks, reprocessing,
-scaling, sensors and schedules are planned and will join this ``dg.Definitions``.
+Built from small modules: the platform spec (``platform_spec``, checked against the apps' code by
+``app_topologies``), resources (``resources``), the Kafka topics as external assets (``topics``),
+changelog compaction into snapshots (``compaction``), the daily topic archive (``archive``), Great
+Expectations checks on it (``quality``) and the schedules (``automation``). Reprocessing, scaling and
+sensors are planned and will join this ``dg.Definitions``.
 """
 
 from __future__ import annotations
 
 import dagster as dg
 
+from assets.app_topologies import check_apps_against_topologies
+from assets.archive.assets import archive_assets
+from assets.automation import automation_schedules
+from assets.compaction import compaction_assets
 from assets.platform_spec import find_spec_path, load_platform_spec
-from assets.resources import PlatformResource, kafka_resource
+from assets.quality import quality_checks
+from assets.resources import PlatformResource, kafka_resource, spark_resource
 from assets.topics import topic_asset_specs
 
 spec_path = find_spec_path()
 platform_spec = load_platform_spec(spec_path)
+check_apps_against_topologies(platform_spec)
 
 defs = dg.Definitions(
-    assets=topic_asset_specs(platform_spec),
+    assets=[*topic_asset_specs(platform_spec), *compaction_assets(platform_spec), *archive_assets(platform_spec)],
+    asset_checks=quality_checks(platform_spec),
+    schedules=automation_schedules(platform_spec.archive),
+    # Steps of a run share its process, hence one SparkSession (6-15 s to start) for all its Spark
+    # assets; Spark parallelizes inside each step, and the `spark` pool keeps runs from overlapping.
+    executor=dg.in_process_executor,
     resources={
         "kafka": kafka_resource(platform_spec),
         "platform": PlatformResource(path=str(spec_path.resolve())),
+        "pyspark": spark_resource(),
     },
 )

@@ -1,26 +1,48 @@
 """The platform spec (``platform/platform.yaml``): apps, topics, stores, quality rules, clusters.
 
 One validated model of what the platform runs. Every model forbids unknown keys, and cross
-references are checked (an app's topic, a store's ``partitions_from``, a quality rule's topic must
-be declared; co-partitioned topics must agree on their partition count), so a typo fails loudly
-when the code location loads instead of becoming a silent default.
+references are checked (an app's topic, a store's ``partitions_from``, a quality rule's topic and
+columns must be declared; co-partitioned topics must agree on their partition count), so a typo
+fails loudly when the code location loads instead of becoming a silent default.
+
+Topics declare how their records decode (``key`` and ``value`` formats, and for JSON values the
+``fields``); that gives every topic's archive its columns (:meth:`TopicSpec.columns`), which the
+quality rules are checked against.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from datetime import date
 from pathlib import Path
 from typing import Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
+    "ARCHIVE_METADATA_COLUMNS",
+    "EXTRA_FIELDS_COLUMN",
     "AppSpec",
+    "ArchiveSpec",
     "ClusterSpec",
+    "ColumnType",
+    "FieldType",
     "PlatformSpec",
     "PlatformSpecError",
     "QualityRule",
+    "RecordFormat",
+    "SnapshotsSpec",
     "StoreSpec",
     "TopicSpec",
     "find_spec_path",
@@ -64,14 +86,74 @@ class ClusterSpec(_Model):
         return self
 
 
+RecordFormat = Literal["string", "long", "integer", "double", "json", "bytes"]
+"""How a key or value is written: the built-in serde of that name (``Serdes.String()``, ...)."""
+
+FieldType = Literal["string", "long", "double", "boolean", "json"]
+"""The type of a JSON field in the archive; ``json`` keeps the field as JSON text."""
+
+ColumnType = Literal["string", "long", "integer", "double", "boolean", "json", "bytes", "timestamp", "map"]
+"""The type of an archive column: a record format, a field type, the record timestamp, or ``map``
+(``extra_fields``: field name -> JSON text)."""
+
+#: Columns every archived record carries, after its key and value columns (as Spark's Kafka source).
+ARCHIVE_METADATA_COLUMNS: dict[str, ColumnType] = {
+    "topic": "string", "partition": "integer", "offset": "long", "timestamp": "timestamp",
+}
+#: The archive column holding a JSON value's undeclared fields (name -> JSON text), so none is lost.
+EXTRA_FIELDS_COLUMN = "extra_fields"
+
+NUMERIC_COLUMN_TYPES: frozenset[str] = frozenset({"long", "integer", "double"})
+
+
 class TopicSpec(_Model):
-    """A topic the platform owns. ``config`` is set at creation (never rely on broker defaults)."""
+    """A topic the platform owns: partitions, how its records decode, and its creation ``config``.
+
+    ``key`` and ``value`` name the serde the apps write with (Brook's defaults: ``string`` keys,
+    ``json`` values). A ``json`` value lists its ``fields``, as names or as ``name: type``; an
+    untyped field is archived as JSON text. ``config`` is set at creation (never rely on broker
+    defaults).
+    """
 
     partitions: PositiveInt
-    key: str = ""
-    value: str = ""
+    key: RecordFormat = "string"
+    value: RecordFormat = "json"
+    fields: dict[str, FieldType] = Field(default_factory=dict)
     description: str = ""
     config: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("fields", mode="before")
+    @classmethod
+    def _names_are_untyped_fields(cls, fields: object) -> object:
+        """``[a, b]`` is ``{a: json, b: json}``; ``{a: }`` (no type) is ``{a: json}``."""
+        if isinstance(fields, list):
+            return {name: "json" for name in fields}
+        if isinstance(fields, dict):
+            return {name: "json" if kind is None else kind for name, kind in fields.items()}
+        return fields
+
+    @model_validator(mode="after")
+    def _fields_fit_the_value(self) -> Self:
+        if self.fields and self.value != "json":
+            raise ValueError(f"fields are declared for JSON values only, but value is {self.value!r}")
+        reserved = {"key", *ARCHIVE_METADATA_COLUMNS, EXTRA_FIELDS_COLUMN}
+        clashes = sorted(reserved & set(self.fields))
+        if clashes:
+            raise ValueError(f"fields {clashes} clash with archive columns {sorted(reserved)}")
+        return self
+
+    def columns(self) -> dict[str, ColumnType]:
+        """The archive's columns and their types: key, the value (its fields for a JSON value with
+        fields, else ``value``), ``extra_fields`` for a JSON value with fields, then topic, partition,
+        offset, timestamp."""
+        columns: dict[str, ColumnType] = {"key": self.key}
+        if self.value == "json" and self.fields:
+            columns.update(self.fields)
+            columns[EXTRA_FIELDS_COLUMN] = "map"
+        else:
+            columns["value"] = self.value
+        columns.update(ARCHIVE_METADATA_COLUMNS)
+        return columns
 
 
 class StoreSpec(_Model):
@@ -101,27 +183,146 @@ class AppSpec(_Model):
         return f"{self.application_id}-{store}-changelog"
 
 
+QualityCheck = Literal["not_null", "range", "unique", "absent", "freshness", "row_count"]
+
+#: The arguments each check takes besides name, topic, check and severity.
+_CHECK_ARGUMENTS: dict[str, frozenset[str]] = {
+    "not_null": frozenset({"columns"}),
+    "range": frozenset({"columns", "min", "max"}),
+    "unique": frozenset({"columns"}),
+    "absent": frozenset({"columns"}),
+    "freshness": frozenset({"columns", "max_age_minutes"}),
+    "row_count": frozenset({"baseline", "baseline_minus", "min_ratio", "max_ratio"}),
+}
+
+
 class QualityRule(_Model):
-    """A data-quality rule on an output topic's values (checked by Great Expectations, planned)."""
+    """A data-quality rule on a topic's archive, checked by a Great Expectations asset check.
+
+    - ``not_null``: no null in any of ``columns``;
+    - ``range``: every non-null value of ``columns`` within ``[min, max]`` (numeric columns);
+    - ``unique``: no two rows share the values of ``columns`` (together: a compound key);
+    - ``absent``: ``columns`` never carry a value (fields that must never be written, e.g. a card
+      number: the archive keeps undeclared fields, so a leaked one is seen);
+    - ``freshness``: the newest ``columns[0]`` (default: the record ``timestamp``; else an epoch-ms
+      field) is at most ``max_age_minutes`` older than the end of the day checked, or than now for
+      today;
+    - ``row_count``: the day's rows are within ``[min_ratio, max_ratio]`` times the rows of the
+      ``baseline`` topic's archive for the same day, less the rows of each ``baseline_minus``
+      archive (e.g. order lines against orders less rejected orders).
+
+    ``severity: ERROR`` makes the check blocking: a failure stops assets downstream of the archive.
+    """
 
     name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
     topic: str
-    check: Literal["not_null", "range", "unique", "absent", "freshness"]
+    check: QualityCheck
     columns: list[str] = Field(default_factory=list)
     min: float | None = None
     max: float | None = None
     max_age_minutes: PositiveInt | None = None
+    baseline: str | None = None
+    baseline_minus: list[str] = Field(default_factory=list)
+    min_ratio: NonNegativeFloat | None = None
+    max_ratio: NonNegativeFloat | None = None
     severity: Literal["WARN", "ERROR"] = "ERROR"
 
     @model_validator(mode="after")
     def _arguments_fit_check(self) -> Self:
+        given = {name for name in self.model_fields_set if name not in ("name", "topic", "check", "severity")}
+        extra = sorted(given - _CHECK_ARGUMENTS[self.check])
+        if extra:
+            raise ValueError(f"rule {self.name!r}: {extra} do not apply to check {self.check!r}")
         if self.check in ("not_null", "range", "unique", "absent") and not self.columns:
             raise ValueError(f"rule {self.name!r}: check {self.check!r} needs columns")
         if self.check == "range" and self.min is None and self.max is None:
             raise ValueError(f"rule {self.name!r}: check 'range' needs min and/or max")
+        if self.check == "range" and self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"rule {self.name!r}: min {self.min} is above max {self.max}")
         if self.check == "freshness" and self.max_age_minutes is None:
             raise ValueError(f"rule {self.name!r}: check 'freshness' needs max_age_minutes")
+        if self.check == "freshness" and len(self.columns) > 1:
+            raise ValueError(f"rule {self.name!r}: check 'freshness' takes at most one column")
+        if self.check == "row_count":
+            if self.baseline is None:
+                raise ValueError(f"rule {self.name!r}: check 'row_count' needs baseline (a topic)")
+            if self.min_ratio is None and self.max_ratio is None:
+                raise ValueError(f"rule {self.name!r}: check 'row_count' needs min_ratio and/or max_ratio")
+            if self.min_ratio is not None and self.max_ratio is not None and self.min_ratio > self.max_ratio:
+                raise ValueError(f"rule {self.name!r}: min_ratio {self.min_ratio} is above max_ratio {self.max_ratio}")
         return self
+
+    def column_problems(self, topics: dict[str, TopicSpec]) -> list[str]:
+        """What is wrong with this rule's topic and columns against the declared ``topics``."""
+        if self.topic not in topics:
+            return [f"quality rule {self.name!r}: topic {self.topic!r} is not declared"]
+        problems = [f"quality rule {self.name!r}: baseline topic {name!r} is not declared"
+                    for name in [self.baseline or "", *self.baseline_minus] if name and name not in topics]
+        topic = topics[self.topic]
+        columns = topic.columns()
+        if self.check == "absent" and EXTRA_FIELDS_COLUMN not in columns:
+            problems.append(f"quality rule {self.name!r}: absent needs topic {self.topic!r} to have a JSON value "
+                            f"with declared fields (undeclared ones are archived in {EXTRA_FIELDS_COLUMN})")
+        for column in self.columns:
+            kind = columns.get(column)
+            if self.check == "absent":
+                if kind is not None:
+                    problems.append(f"quality rule {self.name!r}: column {column!r} of topic {self.topic!r} "
+                                    "is declared, so it cannot be required absent")
+            elif kind is None:
+                problems.append(f"quality rule {self.name!r}: topic {self.topic!r} has no column {column!r} "
+                                f"(its columns: {sorted(columns)})")
+            elif self.check == "range" and kind not in NUMERIC_COLUMN_TYPES:
+                problems.append(f"quality rule {self.name!r}: range needs a numeric column, "
+                                f"{column!r} of topic {self.topic!r} is {kind}")
+            elif self.check == "freshness" and kind not in ("timestamp", "long"):
+                problems.append(f"quality rule {self.name!r}: freshness needs the timestamp or an epoch-ms "
+                                f"long column, {column!r} of topic {self.topic!r} is {kind}")
+        return problems
+
+
+class ArchiveSpec(_Model):
+    """Where and from when topics are archived into daily Parquet partitions.
+
+    ``location`` is a local directory (relative paths are relative to the checkout); day ``D`` of
+    topic ``T`` is ``<location>/T/date=D/``. ``max_disorder_minutes`` is the assumption the archive
+    relies on to find a day's records: in every partition, a record's timestamp is at most this much
+    behind the largest timestamp before it (the archive verifies it on what it reads).
+    """
+
+    location: str = Field(default=".brook/archive", min_length=1)
+    start_date: date
+    max_disorder_minutes: int = Field(default=15, ge=0, le=1440)
+
+    @field_validator("location")
+    @classmethod
+    def _local_path(cls, location: str) -> str:
+        if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", location):
+            raise ValueError(f"archive location {location!r}: only a local directory is supported")
+        return location
+
+    def root(self) -> Path:
+        """The archive directory, absolute."""
+        path = Path(self.location).expanduser()
+        return path if path.is_absolute() else repo_root() / path
+
+
+class SnapshotsSpec(_Model):
+    """Where changelog compaction writes store snapshots (and workers read them), and how many to keep.
+
+    ``location``: a local directory (relative paths are relative to the repository root) or a URI
+    the cluster can reach: ``s3a://bucket/prefix`` (Spark's S3A connector; read as ``s3://`` by
+    pyarrow), ``hdfs://namenode/path``, ``file:///abs/path``.
+    """
+
+    location: str = Field(default=".brook/snapshots", min_length=1)
+    keep: PositiveInt = 3
+
+    def resolved_location(self, root: Path) -> str:
+        """``location`` with a relative local path made absolute against ``root``."""
+        if "://" in self.location or Path(self.location).is_absolute():
+            return self.location
+        return str(root / self.location)
 
 
 class PlatformSpec(_Model):
@@ -132,7 +333,10 @@ class PlatformSpec(_Model):
     clusters: dict[str, ClusterSpec] = Field(min_length=1)
     topics: dict[str, TopicSpec]
     apps: dict[str, AppSpec]
+    archive: ArchiveSpec | None = None
+    """No section, no archive (and so no quality rules: they check the archive)."""
     quality: list[QualityRule] = Field(default_factory=list)
+    snapshots: SnapshotsSpec = Field(default_factory=SnapshotsSpec)
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Self:
@@ -157,9 +361,10 @@ class PlatformSpec(_Model):
                 counts = {t: self.topics[t].partitions for t in group if t in self.topics}
                 if len(set(counts.values())) > 1:
                     errors.append(f"app {name!r}: co-partitioned topics differ in partition count: {counts}")
+        if self.quality and self.archive is None:
+            errors.append("quality rules check the topics' archive: add an archive section (start_date at least)")
         for rule in self.quality:
-            if rule.topic not in self.topics:
-                errors.append(f"quality rule {rule.name!r}: topic {rule.topic!r} is not declared")
+            errors.extend(rule.column_problems(self.topics))
         if len({rule.name for rule in self.quality}) != len(self.quality):
             errors.append("quality rule names must be unique")
         if errors:

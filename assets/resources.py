@@ -4,6 +4,8 @@
   client the platform's assets create. Secrets come from ``dg.EnvVar`` so they never appear in run
   config, logs or asset metadata; :meth:`KafkaResource.redacted_config` is the printable form.
 - :class:`PlatformResource`: the platform spec (``platform/platform.yaml``).
+- :class:`SparkResource`: dagster-pyspark's lazily started SparkSession with the conf of
+  ``platform/spark/spark-defaults.conf`` and the ``brook-kafka`` source registered.
 
 :func:`kafka_resource` chooses the cluster: ``BROOK_CLUSTER`` (default: the spec's
 ``default_cluster``), with ``BROOK_BOOTSTRAP_SERVERS`` overriding its bootstrap servers.
@@ -16,11 +18,23 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from dagster_pyspark import LazyPySparkResource
 
 from assets.platform_spec import PlatformSpec, load_platform_spec, repo_root
 from streaming.config import REDACTED, is_secret_key, redact
 
-__all__ = ["KafkaResource", "PlatformResource", "kafka_resource"]
+__all__ = [
+    "SPARK_CONF_ENV_VAR",
+    "KafkaResource",
+    "PlatformResource",
+    "SparkResource",
+    "kafka_resource",
+    "kafka_source_options",
+    "spark_resource",
+]
+
+#: Environment variable naming a Spark conf file to use instead of ``platform/spark/spark-defaults.conf``.
+SPARK_CONF_ENV_VAR = "BROOK_SPARK_CONF"
 
 
 
@@ -90,6 +104,17 @@ class KafkaResource(dg.ConfigurableResource):
         return partition_counts(self.bootstrap_servers, topics, self.security_config())
 
 
+def kafka_source_options(kafka: KafkaResource) -> dict[str, str]:
+    """Options for ``spark.read.format("brook-kafka")`` that connect to ``kafka``'s cluster with its
+    security settings (``kafka.bootstrap.servers``, ``kafka.security.protocol``, ``kafka.sasl.*``, ...).
+
+    Holds secrets: pass it to ``.options(**...)``, never to logs or metadata.
+    """
+    from assets.spark import client_options
+
+    return client_options(kafka.client_config())
+
+
 class PlatformResource(dg.ConfigurableResource):
     """The platform spec, read from ``path`` (default: ``platform/platform.yaml`` of the checkout)."""
 
@@ -98,6 +123,26 @@ class PlatformResource(dg.ConfigurableResource):
     def spec(self) -> PlatformSpec:
         """Load and validate the spec (raises ``PlatformSpecError`` naming every problem)."""
         return load_platform_spec(self.path)
+
+
+class SparkResource(LazyPySparkResource):
+    """A SparkSession started on first use (``.spark_session``), shared by the run's process, with
+    ``spark_config`` applied and the ``brook-kafka`` source registered (see ``assets.spark.session``)."""
+
+    def _init_session(self) -> None:
+        if self._spark_session is None:
+            from assets.spark.session import spark_session
+
+            self._spark_session = spark_session({k: str(v) for k, v in self.spark_config.items()})
+
+
+def spark_resource(conf_path: Path | str | None = None) -> SparkResource:
+    """The Spark resource with the settings of ``conf_path``, else ``$BROOK_SPARK_CONF``, else
+    ``platform/spark/spark-defaults.conf`` (read now: a bad file fails when the code location loads)."""
+    from assets.spark.session import read_spark_defaults
+
+    chosen = conf_path or os.environ.get(SPARK_CONF_ENV_VAR) or repo_root() / "platform" / "spark" / "spark-defaults.conf"
+    return SparkResource(spark_config=read_spark_defaults(chosen))
 
 
 def _embedded_bootstrap(workdir: str | None, default: str) -> str:

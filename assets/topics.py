@@ -54,6 +54,7 @@ def topic_asset_specs(spec: PlatformSpec) -> list[dg.AssetSpec]:
                 "partitions": topic.partitions,
                 "key": topic.key,
                 "value": topic.value,
+                "fields": dict(topic.fields),
                 "config": dict(topic.config),
                 "written_by": writers.get(name, []),
                 "read_by": readers.get(name, []),

@@ -1,8 +1,10 @@
-"""Shared fixtures: the embedded broker (one per test session), its address, and unique names.
+"""Shared fixtures: the embedded broker and a SparkSession (one each per test session), the broker's
+address, and unique names.
 
-``broker`` starts lazily: only sessions that run a test needing it pay for it (~0.1 s start, plus
-up to ~5 s to stop while clients still hold connections). Set ``BROOK_TEST_BOOTSTRAP_SERVERS`` to
-run the ``bootstrap``-based tests against another cluster (e.g. Apache Kafka) instead.
+``broker`` and ``spark`` start lazily: only sessions that run a test needing them pay for them (the
+broker: ~0.1 s start, plus up to ~5 s to stop while clients still hold connections; Spark: 6-15 s).
+Set ``BROOK_TEST_BOOTSTRAP_SERVERS`` to run the ``bootstrap``-based tests against another cluster
+(e.g. Apache Kafka) instead.
 """
 
 from __future__ import annotations
@@ -10,10 +12,17 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from streaming.broker import EmbeddedBroker
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -41,3 +50,18 @@ def bootstrap(request: pytest.FixtureRequest) -> str:
 def unique_name() -> str:
     """A fresh name for topics and application ids, e.g. ``t3f9a1c2b4d``; suffix it per topic."""
     return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local SparkSession for the whole session (6-15 s to start), with the ``brook-kafka``
+    source registered: the platform's Spark conf, on 2 cores with 4 shuffle partitions."""
+    from assets.spark.session import read_spark_defaults, spark_session
+
+    conf = read_spark_defaults(ROOT / "platform" / "spark" / "spark-defaults.conf")
+    conf.update({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4"})
+    session = spark_session(conf)
+    try:
+        yield session
+    finally:
+        session.stop()

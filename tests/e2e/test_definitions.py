@@ -59,6 +59,7 @@ def _write(tmp_path: Path, change: dict) -> Path:
         ({"topics.orders.partitions": 0}, "greater than 0"),
         ({"topics.orders.partitons": 3}, "Extra inputs are not permitted"),
         ({"default_cluster": "staging"}, "default_cluster 'staging'"),
+        ({"archive": None}, "quality rules check the topics' archive: add an archive section"),
         ({"apps.wordcount.co_partitioned": [["wordcount-lines", "orders"]]}, None),
     ],
 )
@@ -121,3 +122,17 @@ def test_one_redaction_rule_for_the_resource_and_the_runtime() -> None:
             assert secret not in shown, (secret, shown)
     assert set(resource.redacted_config()) == {"bootstrap.servers", "security.protocol", *SECRETS}
     assert resource.client_config()["ssl.key.pem"] == SECRETS["ssl.key.pem"]  # the clients still get them
+
+
+def test_definitions_archive_every_topic_with_checks_and_schedules() -> None:
+    from assets.archive import archive_asset_key
+    from assets.definitions import defs
+
+    spec = load_platform_spec(SPEC)
+    graph = defs.resolve_asset_graph()
+    keys = graph.get_all_asset_keys()
+    assert {archive_asset_key(t) for t in spec.topics} <= keys
+    assert not any(key.path[0] == "archive" and key.path[1].endswith("-changelog") for key in keys)
+    checks = {(key.asset_key, key.name) for key in graph.asset_check_keys if key.asset_key.path[0] == "archive"}
+    assert checks == {(archive_asset_key(rule.topic), rule.name) for rule in spec.quality}
+    assert {schedule.name for schedule in defs.schedules} == {"nightly_compaction", "hourly_archive"}

@@ -1,0 +1,163 @@
+"""Dagster asset checks built from the platform spec's ``quality`` rules, one per rule.
+
+A rule on topic ``T`` checks the ``archive/T`` asset: it reads the archived day (only the columns it
+needs) and validates it with Great Expectations (:mod:`assets.quality.validation`). The checked day
+is the run's partition (checks run in the same run as the archive partition they follow), or, when a
+check is run on its own, the archive's latest materialized partition. The checks come from the spec
+the code location loaded; a run reads the rule, the topic and the archive location from the spec
+again, through the ``platform`` resource. ``severity`` comes from the
+rule, and ERROR rules are blocking: their failure stops assets downstream of the archive.
+
+The check's metadata carries, per expectation, the failing row count (``failing <label>``), a
+sample of failing rows located by Kafka partition and offset (``sample <label>``) or the observed
+value (``observed <label>``), plus the GE statistics and a summary table.
+"""
+
+
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from assets.archive.keys import archive_asset_key, partition_day
+from assets.archive.layout import ArchiveMissingError, day_dir, day_row_count, read_day
+from assets.platform_spec import PlatformSpec, QualityRule
+from assets.quality.expectations import expectations_for, row_count_bounds
+from assets.quality.validation import RuleOutcome, columns_to_read, prepare_frame, run_expectations
+from assets.resources import PlatformResource
+
+__all__ = ["quality_checks"]
+
+
+def _describe(rule: QualityRule) -> str:
+    what = {
+        "not_null": f"no nulls in {', '.join(rule.columns)}",
+        "range": f"{', '.join(rule.columns)} within [{rule.min}, {rule.max}]",
+        "unique": f"({', '.join(rule.columns)}) unique",
+        "absent": f"{', '.join(rule.columns)} never written",
+        "freshness": f"newest {rule.columns[0] if rule.columns else 'timestamp'} at most "
+                     f"{rule.max_age_minutes} min old",
+        "row_count": f"rows within [{rule.min_ratio}, {rule.max_ratio}] x {rule.baseline}"
+                     + "".join(f" - {t}" for t in rule.baseline_minus),
+    }[rule.check]
+    blocking = ", blocking" if rule.severity == "ERROR" else ""
+    return f"Quality rule {rule.name} ({rule.check}, {rule.severity}{blocking}): {what}."
+
+
+def _checked_day(context: dg.AssetCheckExecutionContext, topic: str) -> date:
+    """The run's partition, else the archive's latest materialized partition."""
+    if context.has_partition_key:
+        return partition_day(context.partition_key)
+    event = context.instance.get_latest_materialization_event(archive_asset_key(topic))
+    partition = event.asset_materialization.partition if event and event.asset_materialization else None
+    if partition is None:
+        raise dg.Failure(f"archive/{topic} has no materialized partition to check: materialize a day first, "
+                         "or run the check with the archive partition")
+    return partition_day(partition)
+
+
+def _archive_root(spec: PlatformSpec) -> Path:
+    if spec.archive is None:
+        raise dg.Failure("the platform spec has no archive section any more: reload the code location")
+    return spec.archive.root()
+
+
+def _baseline_rows(spec: PlatformSpec, rule: QualityRule, day: date) -> tuple[int, dict[str, int]]:
+    """The baseline's rows for the day less the ``baseline_minus`` rows, and each archive's count."""
+    root = _archive_root(spec)
+    counts = {topic: day_row_count(root, topic, day) for topic in [rule.baseline or "", *rule.baseline_minus]}
+    baseline = counts[rule.baseline or ""] - sum(counts[t] for t in rule.baseline_minus)
+    return baseline, counts
+
+
+def _summary(outcome: RuleOutcome) -> str:
+    failed = [e for e in outcome.expectations if not e.success]
+    if not failed:
+        return f"{len(outcome.expectations)} expectation(s) met on {outcome.rows} rows"
+    parts = []
+    for e in failed:
+        if e.error:
+            parts.append(f"{e.label}: {e.error}")
+        elif e.unexpected_count is not None:
+            parts.append(f"{e.label}: {e.unexpected_count} rows")
+        else:
+            parts.append(f"{e.label}: observed {e.observed}")
+    return f"{len(failed)} of {len(outcome.expectations)} expectation(s) failed: " + "; ".join(parts)
+
+
+def _table(outcome: RuleOutcome) -> str:
+    lines = ["| expectation | success | failing rows | observed |", "|---|---|---|---|"]
+    for e in outcome.expectations:
+        failing = "" if e.unexpected_count is None else str(e.unexpected_count)
+        observed = e.error or ("" if e.observed is None else str(e.observed))
+        lines.append(f"| {e.label} | {e.success} | {failing} | {observed} |")
+    return "\n".join(lines)
+
+
+def _metadata(outcome: RuleOutcome, day: date, path: str) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "day": day.isoformat(),
+        "path": dg.MetadataValue.path(path),
+        "rows": outcome.rows,
+        "failing_expectations": sum(not e.success for e in outcome.expectations),
+        "expectations": dg.MetadataValue.md(_table(outcome)),
+        "statistics": dg.MetadataValue.json(outcome.statistics),
+    }
+    for e in outcome.expectations:
+        if e.unexpected_count is not None:
+            metadata[f"failing {e.label}"] = e.unexpected_count
+        if e.observed is not None:
+            metadata[f"observed {e.label}"] = e.observed
+        if e.sample:
+            metadata[f"sample {e.label}"] = dg.MetadataValue.json(e.sample)
+        if e.error:
+            metadata[f"error {e.label}"] = e.error
+    return metadata
+
+
+def _rule_check(spec: PlatformSpec, rule: QualityRule) -> dg.AssetChecksDefinition:
+    baselines = [rule.baseline, *rule.baseline_minus] if rule.baseline else []
+
+    @dg.asset_check(
+        asset=archive_asset_key(rule.topic),
+        name=rule.name,
+        description=_describe(rule),
+        blocking=rule.severity == "ERROR",
+        additional_deps=[archive_asset_key(topic) for topic in baselines],
+    )
+    def check(context: dg.AssetCheckExecutionContext, platform: PlatformResource) -> dg.AssetCheckResult:
+        current = platform.spec()
+        checked = next((r for r in current.quality if r.name == rule.name), None)
+        if checked is None:
+            raise dg.Failure(f"quality rule {rule.name!r} is no longer in the platform spec {platform.path}: "
+                             "reload the code location")
+        topic = current.topics[checked.topic]
+        day = _checked_day(context, checked.topic)
+        root = _archive_root(current)
+        extra: dict[str, Any] = {}
+        baseline_rows = None
+        try:
+            frame = read_day(root, checked.topic, day, columns_to_read(checked, topic))
+            if checked.check == "row_count":
+                baseline_rows, counts = _baseline_rows(current, checked, day)
+                low, high = row_count_bounds(checked, baseline_rows)
+                extra = {"baseline rows": dg.MetadataValue.json(counts), "expected rows": f"[{low}, {high}]"}
+        except ArchiveMissingError as exc:
+            raise dg.Failure(f"quality rule {checked.name!r}: {exc}") from exc
+        expectations = expectations_for(checked, topic, day=day, now=datetime.now(UTC), baseline_rows=baseline_rows)
+        outcome = run_expectations(checked.name, expectations, prepare_frame(checked, frame))
+        context.log.info(f"{checked.name} on {checked.topic} {day}: {_summary(outcome)}")
+        return dg.AssetCheckResult(
+            passed=outcome.success,
+            severity=dg.AssetCheckSeverity[checked.severity],
+            description=_summary(outcome),
+            metadata={**_metadata(outcome, day, str(day_dir(root, checked.topic, day))), **extra},
+        )
+
+    return check
+
+
+def quality_checks(spec: PlatformSpec) -> list[dg.AssetChecksDefinition]:
+    """One asset check per quality rule of ``spec``, on the archive of the rule's topic."""
+    return [_rule_check(spec, rule) for rule in spec.quality]

@@ -1,0 +1,63 @@
+"""Spark settings from ``platform/spark/spark-defaults.conf`` and a session that can read Kafka.
+
+The conf file has Spark's own format (``key value`` per line, ``#`` comments), so the same file
+works with ``spark-submit --properties-file``. :func:`spark_session` starts (or reuses) the
+process's session with those settings and registers the ``brook-kafka`` source in it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from assets.spark.kafka_source import register_kafka_source
+
+__all__ = ["SparkConfError", "read_spark_defaults", "spark_session"]
+
+
+class SparkConfError(ValueError):
+    """The Spark conf file is missing or has a line that is not ``key value``."""
+
+
+def read_spark_defaults(path: Path | str) -> dict[str, str]:
+    """Parse a ``spark-defaults.conf`` file into a dict.
+
+    Raises:
+        SparkConfError: the file cannot be read, or a line has a key and no value (names the line).
+    """
+    conf_path = Path(path)
+    try:
+        lines = conf_path.read_text().splitlines()
+    except OSError as exc:
+        raise SparkConfError(f"cannot read Spark conf {conf_path}: {exc}") from exc
+    conf: dict[str, str] = {}
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        parts = text.split(None, 1)
+        if len(parts) != 2:
+            raise SparkConfError(f"{conf_path}:{number}: expected 'key value', got {text!r}")
+        conf[parts[0]] = parts[1].strip()
+    return conf
+
+
+def spark_session(conf: Mapping[str, str]) -> SparkSession:
+    """The process's SparkSession with ``conf`` (an existing session is reused, as ``getOrCreate``
+    does), with the ``brook-kafka`` source registered.
+
+    Spark's Python workers (including the one that plans Python data source reads) run
+    ``$PYSPARK_PYTHON``, by default ``python3`` from ``PATH``, which may lack Brook and pyarrow; unless
+    set, it is pointed at this interpreter before the JVM starts.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    register_kafka_source(session)
+    return session

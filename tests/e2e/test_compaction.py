@@ -1,0 +1,236 @@
+"""Changelog compaction end to end: a stateful app on the embedded broker, its compaction asset
+materialized by Dagster with real Spark, and the snapshot compared with the store's contents."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+import yaml
+from pyspark.sql import SparkSession
+
+from assets.compaction import compaction_asset_key, compaction_assets
+from assets.platform_spec import load_platform_spec
+from assets.resources import KafkaResource, PlatformResource, SparkResource
+from streaming import KafkaStreams, Serdes, Stores, Topology
+from streaming.admin import create_topics
+from streaming.processor import Processor, ProcessorContext, Record
+from streaming.runtime.kafka_streams import State
+from streaming.state import snapshots
+from streaming.testing.generators import GeneratedRecord
+from streaming.testing.kafka import committed_offsets, produce, read_topic, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+PARTITIONS = 4
+STORE = "counts"
+String, Long = Serdes.String(), Serdes.Long()
+
+
+class CountOrDelete(Processor[str, str]):
+    """Counts records per key; the value ``delete`` deletes the key (a tombstone in the changelog)."""
+
+    def init(self, context: ProcessorContext) -> None:
+        self.store = context.get_state_store(STORE)
+
+    def process(self, record: Record[str, str]) -> None:
+        if record.value == "delete":
+            self.store.delete(record.key)
+        else:
+            self.store.put(record.key, (self.store.get(record.key) or 0) + 1)
+
+
+def topology(source: str) -> Topology:
+    return (Topology()
+            .add_source("lines", source, key_serde=String, value_serde=String)
+            .add_processor("count", CountOrDelete, "lines")
+            .add_state_store(Stores.key_value_store_builder(Stores.persistent_key_value_store(STORE), String, Long),
+                             "count"))
+
+
+def records(updates: dict[str, int], deletes: list[str], seed: int) -> list[GeneratedRecord]:
+    batch = [GeneratedRecord(key, "x", 1_700_000_000_000) for key, n in updates.items() for _ in range(n)]
+    random.Random(seed).shuffle(batch)
+    return batch + [GeneratedRecord(key, "delete", 1_700_000_000_000) for key in deletes]
+
+
+class Platform:
+    """A platform spec with one app and its store, a snapshot location, and the Dagster resources."""
+
+    def __init__(self, bootstrap: str, app_id: str, source: str, location: Path, spark: SparkSession) -> None:
+        self.app_id, self.location = app_id, location
+        self.changelog = f"{app_id}-{STORE}-changelog"
+        self.spec_path = location.parent / "platform.yaml"
+        self.spec_path.write_text(yaml.safe_dump({
+            "version": 1,
+            "default_cluster": "test",
+            # Not declared embedded: truncation must be refused from what the broker itself reports.
+            "clusters": {"test": {"bootstrap_servers": bootstrap}},
+            "topics": {source: {"partitions": PARTITIONS}},
+            "apps": {"counter": {"application_id": app_id, "topology": "tests.e2e.test_compaction:topology",
+                                 "config": "unused.yaml", "inputs": [source],
+                                 "stores": [{"name": STORE, "partitions_from": source}]}},
+            "snapshots": {"location": str(location), "keep": 2},
+        }))
+        [self.asset] = compaction_assets(load_platform_spec(self.spec_path))
+        conf = {k: str(v) for k, v in spark.sparkContext.getConf().getAll()}
+        self.resources = {"kafka": KafkaResource(bootstrap_servers=bootstrap),
+                          "platform": PlatformResource(path=str(self.spec_path)),
+                          "pyspark": SparkResource(spark_config=conf)}
+
+    def materialize(self, **config: Any) -> dg.ExecuteInProcessResult:
+        run_config = {"ops": {self.asset.op.name: {"config": config}}} if config else None
+        return dg.materialize([self.asset], resources=self.resources, run_config=run_config, raise_on_error=False)
+
+    def snapshot(self) -> tuple[snapshots.SnapshotManifest, dict[int, dict[str, int]]]:
+        """The newest snapshot: its manifest and its rows per partition, decoded."""
+        manifest = snapshots.latest_manifest(str(self.location), self.app_id, STORE)
+        assert manifest is not None
+        rows = {p: {String.deserialize(k): Long.deserialize(v)
+                    for batch in snapshots.read_partition(str(self.location), manifest, p, batch_size=50)
+                    for k, v in batch}
+                for p in range(PARTITIONS)}
+        return manifest, rows
+
+    def changelog_partition_of_keys(self, bootstrap: str) -> tuple[dict[str, int], dict[int, int]]:
+        """Which changelog partition each key is in, and each partition's end offset."""
+        changelog = read_topic(bootstrap, self.changelog, String, Long, PARTITIONS)
+        ends = {p: 1 + max((r.offset for r in changelog if r.partition == p), default=-1) for p in range(PARTITIONS)}
+        return {r.key: r.partition for r in changelog}, ends
+
+
+def metadata(result: dg.ExecuteInProcessResult) -> dict[str, Any]:
+    [materialization] = result.asset_materializations_for_node(result.job_def.all_node_defs[0].name)
+    return {key: value.value for key, value in materialization.metadata.items()}
+
+
+def failure_message(result: dg.ExecuteInProcessResult) -> str:
+    assert not result.success
+    [event] = [e for e in result.all_events if e.is_step_failure]
+    error = event.step_failure_data.error
+    return f"{error.message} {error.cause.message if error.cause else ''}"
+
+
+def store_contents(app: KafkaStreams) -> dict[str, int]:
+    return dict(app.store(STORE).all())
+
+
+def process_all(app: KafkaStreams, bootstrap: str, app_id: str, source: str, ends: dict[int, int]) -> None:
+    wait_for(lambda: committed_offsets(bootstrap, app_id, source, PARTITIONS) == ends, 90,
+             "the app to process and commit all input")
+
+
+@contextlib.contextmanager
+def read_only(*directories: Path) -> Iterator[None]:
+    """Make directories unwritable, even for root (immutable attribute), and restore them after."""
+    immutable = os.geteuid() == 0
+    if immutable and not shutil.which("chattr"):
+        pytest.skip("running as root without chattr: cannot make a directory unwritable")
+    for directory in directories:
+        directory.chmod(0o555)
+        if immutable:
+            subprocess.run(["chattr", "+i", str(directory)], check=True)
+    try:
+        yield
+    finally:
+        for directory in directories:
+            if immutable:
+                subprocess.run(["chattr", "-i", str(directory)], check=True)
+            directory.chmod(0o755)
+
+
+def test_compaction_snapshots_the_store_then_reads_only_the_tail(
+        spark: SparkSession, bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    source = f"{unique_name}-lines"
+    create_topics(bootstrap, {source: PARTITIONS})
+    platform = Platform(bootstrap, unique_name, source, tmp_path / "snapshots", spark)
+    first_updates = {f"k{i:03d}": 1 + i % 20 for i in range(100)}
+    first_deletes = [f"k{i:03d}" for i in range(20)]
+    ends = produce(bootstrap, source, records(first_updates, first_deletes, seed=1), String, String)
+
+    app = KafkaStreams(topology(source), {"application.id": unique_name, "bootstrap.servers": bootstrap,
+                                          "commit.interval.ms": 200, "state.dir": str(tmp_path / "state")})
+    app.start()
+    try:
+        process_all(app, bootstrap, unique_name, source, ends)
+        first_store = store_contents(app)
+        assert first_store == {k: n for k, n in first_updates.items() if k not in first_deletes}
+
+        first = platform.materialize()
+        assert first.success, failure_message(first)
+        manifest, rows = platform.snapshot()
+        partition_of, changelog_ends = platform.changelog_partition_of_keys(bootstrap)
+        assert {k: v for part in rows.values() for k, v in part.items()} == first_store
+        assert all(partition_of[k] == p for p, part in rows.items() for k in part), "keys stay in their partition"
+        changelog_records = sum(changelog_ends.values())
+        meta = metadata(first)
+        assert meta["records_read"] == manifest.records_read == changelog_records
+        assert meta["keys_kept"] == manifest.keys == len(first_store) == 80
+        assert meta["start_offsets"] == {str(p): 0 for p in range(PARTITIONS)}
+        assert meta["next_offsets"] == {str(p): o for p, o in changelog_ends.items()} == \
+            {str(p): o for p, o in manifest.next_offsets.items()}
+        assert meta["compaction_ratio"] == pytest.approx(changelog_records / 80, rel=1e-3)
+        assert meta["previous_snapshot"] == "none" and meta["snapshot_path"].endswith(f"data/{manifest.snapshot_id}")
+        assert meta["duration_s"] > 0
+
+        # More input: new keys, updates of kept keys, deletes of keys the first snapshot holds.
+        second_updates = {f"k{i:03d}": 3 for i in range(50, 150)}
+        second_deletes = [f"k{i:03d}" for i in range(60, 65)] + ["k000"]
+        more = produce(bootstrap, source, records(second_updates, second_deletes, seed=2), String, String)
+        process_all(app, bootstrap, unique_name, source, {p: max(ends[p], more.get(p, 0)) for p in ends})
+        second_store = store_contents(app)
+        expected = dict(first_store)
+        for key, n in second_updates.items():
+            expected[key] = expected.get(key, 0) + n
+        for key in second_deletes:
+            expected.pop(key, None)
+        assert second_store == expected
+
+        second = platform.materialize()
+        assert second.success, failure_message(second)
+        manifest2, rows2 = platform.snapshot()
+        _, changelog_ends2 = platform.changelog_partition_of_keys(bootstrap)
+        assert {k: v for part in rows2.values() for k, v in part.items()} == second_store
+        meta2 = metadata(second)
+        assert meta2["start_offsets"] == meta["next_offsets"], "the second run starts where the first ended"
+        assert meta2["records_read"] == sum(changelog_ends2.values()) - changelog_records, "only the tail"
+        assert meta2["previous_snapshot"] == manifest.snapshot_id and meta2["previous_keys"] == 80
+        assert manifest2.previous == manifest.snapshot_id
+
+        # An unwritable location: the run fails naming the path, the newest snapshot stays as it was.
+        store_dir = tmp_path / "snapshots" / unique_name / STORE
+        with read_only(store_dir / "data", store_dir / "manifests"):
+            failed = platform.materialize()
+            message = failure_message(failed)
+        assert f"snapshot location {store_dir}/data is not writable" in message
+        assert platform.snapshot() == (manifest2, rows2)
+
+        # Truncation is refused on the embedded broker, before anything is sent or written.
+        refused = platform.materialize(truncate=True)
+        message = failure_message(refused)
+        assert "truncate of changelog" in message and "cluster id 'tansu_cluster'" in message
+        assert "nothing was compacted" in message
+        assert platform.snapshot()[0].snapshot_id == manifest2.snapshot_id
+        assert app.state is State.RUNNING
+        assert create_topics(bootstrap, {source: PARTITIONS}) is None, "the broker still answers"
+    finally:
+        assert app.close(30)
+
+
+def test_the_code_location_has_a_compaction_asset_per_store_in_the_spark_pool() -> None:
+    from assets.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    node = graph.get(compaction_asset_key("wordcount", "word-counts"))
+    assert [k.to_user_string() for k in node.parent_keys] == ["kafka/wordcount-word-counts-changelog"]
+    assert defs.get_assets_def(node.key).op.pool == "spark"
+    assert isinstance(defs.resources["pyspark"], SparkResource)
+    dagster_yaml = yaml.safe_load((Path(__file__).resolve().parents[2] / "dagster.yaml").read_text())
+    assert dagster_yaml["concurrency"]["pools"]["default_limit"] == 1, "one Spark-pool step at a time"

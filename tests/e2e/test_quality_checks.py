@@ -1,0 +1,225 @@
+"""The quality checks (real Great Expectations, in-process Dagster) on archived days written with pyarrow.
+
+The archive days are written in the archive's own layout and schema by small stand-in assets keyed
+``archive/<topic>`` (the real archive asset needs Kafka and Spark and has its own test); the checks
+under test are the ones the code location builds from the repo's platform.yaml.
+"""
+
+
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from assets.archive import archive_asset_key, archive_partitions, partition_day
+from assets.archive.schema import arrow_schema
+from assets.archive.writer import publish_day, staging_dir
+from assets.platform_spec import PlatformSpec, load_platform_spec
+from assets.quality import quality_checks
+from assets.resources import PlatformResource
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+DAY = date(2023, 11, 14)
+DAY_MS = int(datetime(2023, 11, 14, tzinfo=UTC).timestamp() * 1000)
+
+
+@pytest.fixture
+def spec_path(tmp_path: Path) -> Path:
+    """The repo's platform.yaml with the archive under ``tmp_path``."""
+    raw = yaml.safe_load((ROOT / "platform" / "platform.yaml").read_text())
+    raw["archive"]["location"] = str(tmp_path / "archive")
+    path = tmp_path / "platform.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _materialize(spec_path: Path, assets: list[Any]) -> dg.ExecuteInProcessResult:
+    """The assets and every quality check, for DAY, with the spec as the ``platform`` resource."""
+    return dg.materialize([*assets, *quality_checks(load_platform_spec(spec_path))], partition_key=DAY.isoformat(),
+                          resources={"platform": PlatformResource(path=str(spec_path))}, raise_on_error=False)
+
+
+def _write_day(spec: PlatformSpec, topic: str, day: date, rows: list[dict[str, Any]]) -> None:
+    """Rows (value fields, key, extra_fields) as an archive day of ``topic``; partition/offset/time filled in."""
+    schema = arrow_schema(spec.topics[topic])
+    records = []
+    for offset, row in enumerate(rows):
+        base = {name: None for name in schema.names}
+        base.update(topic=topic, partition=offset % 2, offset=offset // 2,
+                    timestamp=datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(minutes=offset))
+        base.update(row)
+        records.append(base)
+    table = pa.Table.from_pylist(records, schema=schema)
+    root = spec.archive.root()
+    staging = staging_dir(root, topic, day)
+    staging.mkdir()
+    pq.write_table(table, staging / "part-0.parquet")
+    publish_day(staging, root, topic, day, {"topic": topic, "rows": len(rows)})
+
+
+def _stand_in(spec: PlatformSpec, topic: str, rows: list[dict[str, Any]]) -> dg.AssetsDefinition:
+    @dg.asset(key=archive_asset_key(topic), partitions_def=archive_partitions(spec.archive))
+    def archive(context: dg.AssetExecutionContext) -> None:
+        _write_day(spec, topic, partition_day(context.partition_key), rows)
+
+    return archive
+
+
+def _line(order: int, item: str, qty: int = 1, **overrides: Any) -> dict[str, Any]:
+    row = {"key": f"user-{order % 3}", "order_id": f"o-{order:08d}", "user": f"user-{order % 3}",
+           "region": "eu", "item": item, "qty": qty, "price": 2.5, "ts": DAY_MS + order * 1000}
+    row.update(overrides)
+    return row
+
+
+def _good_archives() -> dict[str, list[dict[str, Any]]]:
+    orders = [{"key": f"user-{i % 3}", "order_id": f"o-{i:08d}", "user": f"user-{i % 3}", "amount": 2.5,
+               "items": '[{"item":"item-001","qty":1,"price":2.5}]', "region": "eu", "card_number": "4111",
+               "ts": DAY_MS + i * 1000} for i in range(10)]
+    rejected = [{"key": "user-0", "order": '{"order_id":"o-00000008"}', "reason": "no items"},
+                {"key": "user-1", "order": '{"order_id":"o-00000009"}', "reason": "bad amount"}]
+    lines = [_line(i, "item-001") for i in range(8)] + [_line(0, "item-002", qty=3)]
+    counts = [{"key": word, "value": count} for word, count in (("brook", 3), ("stream", 1), ("kafka", 2))]
+    return {"orders": orders, "orders-rejected": rejected, "order-lines": lines, "wordcount-counts": counts}
+
+
+def _stand_ins(spec_path: Path, archives: dict[str, list[dict[str, Any]]]) -> list[dg.AssetsDefinition]:
+    spec = load_platform_spec(spec_path)
+    return [_stand_in(spec, topic, rows) for topic, rows in archives.items()]
+
+
+def _run(spec_path: Path, archives: dict[str, list[dict[str, Any]]]) -> dg.ExecuteInProcessResult:
+    return _materialize(spec_path, _stand_ins(spec_path, archives))
+
+
+def _evaluations(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
+    return {evaluation.check_name: evaluation for evaluation in result.get_asset_check_evaluations()}
+
+
+def _value(evaluation: dg.AssetCheckEvaluation, key: str) -> Any:
+    return evaluation.metadata[key].value
+
+
+def test_checks_pass_on_good_output(spec_path: Path) -> None:
+    result = _run(spec_path, _good_archives())
+    evaluations = _evaluations(result)
+    assert result.success
+    assert set(evaluations) == {rule.name for rule in load_platform_spec(spec_path).quality}
+    failed = {name: e.description for name, e in evaluations.items() if not e.passed}
+    assert failed == {}
+    lines = evaluations["order_lines_complete"]
+    assert _value(lines, "rows") == 9
+    assert _value(lines, "failing not_null(order_id)") == 0
+    assert _value(lines, "day") == DAY.isoformat()
+    coverage = evaluations["order_lines_cover_valid_orders"]
+    assert _value(coverage, "baseline rows") == {"orders": 10, "orders-rejected": 2}
+    assert _value(coverage, "expected rows") == "[8, 32]"
+    assert _value(coverage, "observed row_count") == 9
+
+
+def test_checks_fail_with_failing_counts_and_samples_on_bad_rows(spec_path: Path) -> None:
+    archives = _good_archives()
+    archives["order-lines"] = [
+        _line(0, "item-001"),
+        _line(1, "item-001", order_id=None),                        # not_null(order_id)
+        _line(2, "item-001", qty=0),                                 # range(qty)
+        _line(3, "item-001", qty=-2, region=None),                   # range(qty), not_null(region)
+        _line(4, "item-001", extra_fields=[("card_number", '"4111111111111111"')]),  # absent(card_number)
+        _line(5, "item-001"),
+        _line(5, "item-001"),                                        # unique(order_id, item)
+    ]  # 7 lines for 8 valid orders: row_count below its bound
+    archives["orders-rejected"][1]["reason"] = None
+    archives["wordcount-counts"].append({"key": "river", "value": 0})
+
+    result = _run(spec_path, archives)
+    evaluations = _evaluations(result)
+    assert not result.success  # blocking ERROR checks failed
+
+    complete = evaluations["order_lines_complete"]
+    assert not complete.passed and complete.severity == dg.AssetCheckSeverity.ERROR
+    assert _value(complete, "failing not_null(order_id)") == 1
+    assert _value(complete, "failing not_null(region)") == 1
+    assert _value(complete, "failing not_null(item)") == 0
+    assert _value(complete, "sample not_null(order_id)") == [{"order_id": None, "partition": 1, "offset": 0}]
+    assert _value(complete, "failing_expectations") == 2
+
+    quantity = evaluations["order_lines_positive_quantity"]
+    assert not quantity.passed and _value(quantity, "failing range(qty)") == 2
+    assert {row["qty"] for row in _value(quantity, "sample range(qty)")} == {0, -2}
+
+    card = evaluations["order_lines_card_never_output"]
+    assert not card.passed and _value(card, "failing absent(card_number)") == 1
+    assert _value(card, "sample absent(card_number)") == [{"partition": 0, "offset": 2}]  # where, not the number
+    assert "4111111111111111" not in str(card.metadata)
+
+    unique = evaluations["order_lines_unique_per_order"]
+    assert not unique.passed and unique.severity == dg.AssetCheckSeverity.WARN
+    assert _value(unique, "failing unique(order_id, item)") == 2
+
+    coverage = evaluations["order_lines_cover_valid_orders"]
+    assert not coverage.passed and _value(coverage, "observed row_count") == 7
+    assert "row_count: observed 7" in coverage.description
+
+    reason = evaluations["rejected_orders_have_reason"]
+    assert not reason.passed and reason.severity == dg.AssetCheckSeverity.WARN
+    assert _value(reason, "failing not_null(reason)") == 1
+
+    counts = evaluations["word_counts_positive"]
+    assert not counts.passed and _value(counts, "failing range(value)") == 1
+    assert evaluations["word_counts_fresh"].passed
+
+
+def test_blocking_check_stops_downstream_assets(spec_path: Path) -> None:
+    archives = _good_archives()
+    archives["order-lines"][0]["qty"] = 0
+    downstream_ran: list[bool] = []
+
+    partitions = archive_partitions(load_platform_spec(spec_path).archive)
+
+    @dg.asset(deps=[archive_asset_key("order-lines")], partitions_def=partitions)
+    def report() -> None:
+        downstream_ran.append(True)
+
+    result = _materialize(spec_path, [*_stand_ins(spec_path, archives), report])
+    assert not result.success
+    assert not _evaluations(result)["order_lines_positive_quantity"].passed
+    assert downstream_ran == []
+
+
+def test_check_without_an_archived_day_fails_naming_the_path(spec_path: Path) -> None:
+    archives = _good_archives()
+    del archives["orders-rejected"]  # the row_count baseline_minus archive is missing
+
+    partitions = archive_partitions(load_platform_spec(spec_path).archive)
+
+    @dg.asset(key=archive_asset_key("orders-rejected"), partitions_def=partitions)
+    def not_written() -> None:
+        return None
+
+    result = _materialize(spec_path, [*_stand_ins(spec_path, archives), not_written])
+    failures = [event for event in result.all_events if event.event_type_value == "STEP_FAILURE"]
+    messages = " ".join(str(event.step_failure_data.error.message) for event in failures)
+    assert "order_lines_cover_valid_orders" in messages
+    assert "orders-rejected/date=2023-11-14 does not exist" in messages
+
+
+def test_check_run_on_its_own_checks_the_latest_archived_day(spec_path: Path) -> None:
+    instance = dg.DagsterInstance.ephemeral()
+    stand_ins = _stand_ins(spec_path, _good_archives())
+    platform = {"platform": PlatformResource(path=str(spec_path))}
+    checks = quality_checks(load_platform_spec(spec_path))
+    assert dg.materialize(stand_ins, partition_key=DAY.isoformat(), instance=instance, resources=platform).success
+
+    # As the UI's "Execute check" does: the check alone, no partition.
+    result = dg.materialize([*stand_ins, *checks], instance=instance, resources=platform,
+                            selection=dg.AssetSelection.checks(dg.AssetCheckKey(archive_asset_key("order-lines"),
+                                                                                "order_lines_complete")))
+    [evaluation] = result.get_asset_check_evaluations()
+    assert evaluation.passed and _value(evaluation, "day") == DAY.isoformat()

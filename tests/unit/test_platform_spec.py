@@ -1,0 +1,82 @@
+"""Topic formats, archive columns and quality rules of the platform spec (the model alone, no Dagster)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from assets.platform_spec import ArchiveSpec, QualityRule, TopicSpec
+
+
+def test_json_topic_columns_are_key_fields_extra_and_metadata() -> None:
+    topic = TopicSpec(partitions=2, key="string", value="json", fields={"order_id": "string", "qty": "long"})
+    assert topic.columns() == {"key": "string", "order_id": "string", "qty": "long", "extra_fields": "map",
+                               "topic": "string", "partition": "integer", "offset": "long",
+                               "timestamp": "timestamp"}
+
+
+def test_scalar_topic_has_a_value_column_and_untyped_fields_are_json() -> None:
+    assert TopicSpec(partitions=1, value="long").columns()["value"] == "long"
+    assert TopicSpec(partitions=1, fields=["a", "b"]).fields == {"a": "json", "b": "json"}
+    assert TopicSpec(partitions=1, fields={"a": None, "b": "double"}).fields == {"a": "json", "b": "double"}
+
+
+@pytest.mark.parametrize(
+    ("topic", "message"),
+    [
+        ({"value": "string", "fields": ["a"]}, "fields are declared for JSON values only"),
+        ({"fields": {"offset": "long"}}, "clash with archive columns"),
+        ({"value": "avro"}, "Input should be"),
+        ({"fields": {"a": "decimal"}}, "Input should be"),
+    ],
+)
+def test_bad_topic_formats_are_rejected(topic: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        TopicSpec(partitions=1, **topic)
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        ({"check": "not_null", "columns": ["a"], "min": 1}, r"\['min'\] do not apply to check 'not_null'"),
+        ({"check": "row_count", "min_ratio": 1}, "needs baseline"),
+        ({"check": "row_count", "baseline": "t"}, "needs min_ratio and/or max_ratio"),
+        ({"check": "row_count", "baseline": "t", "min_ratio": 2, "max_ratio": 1}, "min_ratio 2.0 is above"),
+        ({"check": "range", "columns": ["a"], "min": 5, "max": 1}, "min 5.0 is above max 1.0"),
+        ({"check": "freshness", "max_age_minutes": 5, "columns": ["a", "b"]}, "at most one column"),
+        ({"check": "unique"}, "needs columns"),
+    ],
+)
+def test_rule_arguments_must_fit_the_check(rule: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        QualityRule(name="r", topic="t", **rule)
+
+
+def test_rule_columns_are_checked_against_the_topic() -> None:
+    topics = {"t": TopicSpec(partitions=1, fields={"qty": "long", "region": "string"})}
+
+    def problems(**rule: Any) -> list[str]:
+        return QualityRule(name="r", topic="t", **rule).column_problems(topics)
+
+    assert problems(check="range", columns=["qty"], min=1) == []
+    assert problems(check="unique", columns=["region", "partition", "offset"]) == []
+    assert problems(check="absent", columns=["card_number"]) == []
+    assert problems(check="freshness", max_age_minutes=5) == []
+    assert "has no column 'qtty'" in problems(check="not_null", columns=["qtty"])[0]
+    assert "range needs a numeric column" in problems(check="range", columns=["region"], max=3)[0]
+    assert "cannot be required absent" in problems(check="absent", columns=["qty"])[0]
+    assert "freshness needs the timestamp" in problems(check="freshness", columns=["region"], max_age_minutes=1)[0]
+    assert "baseline topic 'u' is not declared" in problems(check="row_count", baseline="u", min_ratio=1)[0]
+    topics["scalar"] = TopicSpec(partitions=1, value="long")
+    assert "absent needs topic 'scalar' to have a JSON value" in QualityRule(
+        name="r", topic="scalar", check="absent", columns=["x"]).column_problems(topics)[0]
+
+
+def test_archive_location_is_local_and_disorder_bounded() -> None:
+    assert ArchiveSpec(start_date="2024-01-01", location="/data/archive").root().as_posix() == "/data/archive"
+    with pytest.raises(ValidationError, match="only a local directory"):
+        ArchiveSpec(start_date="2024-01-01", location="s3a://bucket/archive")
+    with pytest.raises(ValidationError, match="less than or equal to 1440"):
+        ArchiveSpec(start_date="2024-01-01", max_disorder_minutes=2000)
