@@ -262,6 +262,8 @@ def iter_range(options: KafkaReadOptions, rng: KafkaRange) -> Iterator[list[Mess
                     and all(m.error() is None for m in messages)):
                 position = last.offset() + 1  # the common case: a whole batch inside the range
                 yield messages
+                if position >= rng.end:
+                    return
                 continue
             batch: list[Message] = []
             done = False
