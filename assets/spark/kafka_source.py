@@ -248,7 +248,9 @@ def iter_range(options: KafkaReadOptions, rng: KafkaRange) -> Iterator[list[Mess
         position = rng.start
         idle_since = time.monotonic()
         while True:
-            messages = consumer.consume(_CONSUME_BATCH, 0.5)
+            # consume() waits until it has num_messages or the timeout passed: never ask for more
+            # offsets than the range has left, so its last batch returns as soon as it arrived.
+            messages = consumer.consume(max(1, min(_CONSUME_BATCH, rng.end - position)), 0.5)
             if not messages:
                 if time.monotonic() - idle_since > options.poll_timeout_ms / 1000:
                     raise KafkaSourceError(f"{where}: no records from offset {position} within "
@@ -260,6 +262,8 @@ def iter_range(options: KafkaReadOptions, rng: KafkaRange) -> Iterator[list[Mess
                     and all(m.error() is None for m in messages)):
                 position = last.offset() + 1  # the common case: a whole batch inside the range
                 yield messages
+                if position >= rng.end:
+                    return
                 continue
             batch: list[Message] = []
             done = False

@@ -106,7 +106,7 @@ def partition_bounds(consumer: Consumer, partitions: Iterable[tuple[str, int]],
             if time.monotonic() > deadline:
                 late = [f"{t}[{p}]" for t, p in wanted if (t, p) not in ends]
                 raise KafkaSourceError(f"partitions {late} did not report their end offset within {timeout:.0f} s")
-            for message in consumer.consume(10_000, 0.2):
+            for message in consumer.consume(10_000, 0.02):  # short: consume() waits out its timeout
                 error = message.error()
                 if error is None:
                     continue  # a record of the last batch, before the end

@@ -23,7 +23,7 @@ def produce(bootstrap: str, topic: str, records: list[dict[str, Any]], **config:
     for record in records:
         producer.produce(topic, key=record.get("key"), value=record.get("value"), partition=record["partition"],
                          timestamp=record.get("timestamp", 0), headers=record.get("headers"))
-        producer.flush(10)  # one batch per record: the embedded broker's time lookups work per batch
+        producer.flush(10)  # in order, one batch each (small tests: speed does not matter)
     assert producer.flush(10) == 0
 
 
