@@ -5,7 +5,8 @@
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
-DAGSTER_HOME := $(CURDIR)/.dagster
+DAGSTER_HOME ?= $(CURDIR)/.dagster
+UI_PORT ?= 3000
 PYTEST_ARGS ?=
 
 .PHONY: .venv demo test bench ui clean
@@ -18,15 +19,15 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/python -m pip install -e '.[dev]'
 	@touch $(STAMP)
 
-demo: $(STAMP)
-	$(VENV)/bin/python -m apps.demo
+demo: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
+	DAGSTER_HOME=$(DAGSTER_HOME) $(VENV)/bin/python -m apps.demo
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-# Both benchmarks, in sequence; the second runs even if the first fails; exit code = the worse one.
+# The benchmarks, in sequence; each runs even if an earlier one fails; exit code = the worst one.
 bench: $(STAMP)
-	@rc=0; for b in stateless stateful; do \
+	@rc=0; for b in stateless stateful restore compaction; do \
 	  echo "$(VENV)/bin/python bench/$$b.py"; \
 	  $(VENV)/bin/python bench/$$b.py; r=$$?; [ $$r -gt $$rc ] && rc=$$r; \
 	  echo; \
@@ -37,7 +38,7 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	cp dagster.yaml $@
 
 ui: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
-	DAGSTER_HOME=$(DAGSTER_HOME) $(VENV)/bin/dagster dev -w workspace.yaml
+	DAGSTER_HOME=$(DAGSTER_HOME) $(VENV)/bin/dagster dev -w workspace.yaml -p $(UI_PORT)
 
 clean:
 	rm -rf .brook .dagster .pytest_cache .ruff_cache .mypy_cache build *.egg-info

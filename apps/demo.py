@@ -1,12 +1,14 @@
-"""``make demo``: the embedded broker, two worker processes per app over generated data, a summary.
+"""``make demo``: the embedded broker, two worker processes per app over generated data, the platform's
+Dagster assets over their output, a summary.
 
 Starts the embedded broker, creates the topics, produces generated lines and orders, runs the word
 count (Processor API + wall-clock punctuator) and the orders cleaning pipeline (stateless DSL) in two
 ``brook worker run`` processes each, shows a progress bar until the workers have committed all
-input, stops them with SIGTERM (a clean close), reads the outputs back, checks them against an
-oracle computed from the generated input, prints a summary and stops the broker.
-
-The Dagster platform (compaction, archive, quality checks) joins the demo with the platform work.
+input, stops them with SIGTERM (a clean close), reads the outputs back and checks them against an
+oracle computed from the generated input. Then, through Dagster (``apps.demo_platform``): the word
+count's changelog is compacted into a snapshot with Spark, the orders topics and the word counts are
+archived into daily Parquet partitions and checked with Great Expectations, and a fresh word count
+instance restores its store from the snapshot. It prints both summaries and stops the broker.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from apps.demo_platform import PlatformSummary, run_platform
 from apps.orders import LINES_TOPIC, ORDERS_TOPIC, REJECTED_TOPIC
 from apps.orders.validation import item_lines, rejection_reason
 from apps.wordcount import INPUT_TOPIC as LINES_IN
@@ -128,12 +132,28 @@ def main(argv: list[str] | None = None) -> int:
         counts = read_topic(bootstrap, COUNTS_OUT, Serdes.String(), Serdes.Long(), PARTITIONS)
         order_lines = read_topic(bootstrap, LINES_TOPIC, Serdes.String(), Serdes.Json(), PARTITIONS)
         rejected = read_topic(bootstrap, REJECTED_TOPIC, Serdes.String(), Serdes.Json(), PARTITIONS)
-    return report(lines, orders, counts, order_lines, rejected, seconds, codes)
+        streaming_ok = report(lines, orders, counts, order_lines, rejected, seconds, codes)
+        console.print("\n[bold]platform[/]: compaction, archive and quality checks through Dagster "
+                      f"(DAGSTER_HOME={os.environ.get('DAGSTER_HOME', 'ephemeral')})")
+        started = time.monotonic()
+        order_days = sorted({day_of(o.timestamp) for o in orders})
+        platform = run_platform(bootstrap, WORK, order_days, day_of(time.time() * 1000), expected_word_counts(lines))
+    platform_ok = report_platform(platform, time.monotonic() - started)
+    return 0 if streaming_ok and platform_ok else 1
+
+
+def day_of(timestamp_ms: float) -> str:
+    """The UTC day of an epoch-ms timestamp, as an archive partition key."""
+    return datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC).strftime("%Y-%m-%d")
+
+
+def expected_word_counts(lines: list[Any]) -> dict[str, int]:
+    return dict(collections.Counter(w for record in lines for w in words_of(record.value)))
 
 
 def report(lines: list[Any], orders: list[Any], counts: list[Any], order_lines: list[Any], rejected: list[Any],
-           seconds: float, codes: list[int]) -> int:
-    expected_counts = collections.Counter(w for record in lines for w in words_of(record.value))
+           seconds: float, codes: list[int]) -> bool:
+    expected_counts = expected_word_counts(lines)
     final_counts = {record.key: record.value for record in counts}  # last value per word wins
     valid = [o for o in orders if rejection_reason(o.key, o.value) is None]
     expected_lines = sum(len(item_lines(o.value)) for o in valid)
@@ -166,7 +186,42 @@ def report(lines: list[Any], orders: list[Any], counts: list[Any], order_lines: 
     console.print(top)
     for name, ok in checks.items():
         console.print(f"  {'[green]ok[/]' if ok else '[red]FAILED[/]'}  {name}")
-    return 0 if all(checks.values()) else 1
+    return all(checks.values())
+
+
+def report_platform(platform: PlatformSummary, seconds: float) -> bool:
+    steps = Table(title="Dagster materializations", show_header=True)
+    for column in ("asset", "partition", "result", "run s"):
+        steps.add_column(column, justify="right" if column == "run s" else "left")
+    for asset, partition, result, run_seconds in platform.steps:
+        steps.add_row(asset, partition, result, f"{run_seconds:.1f}")
+    console.print(steps)
+    checks = Table(title="Great Expectations checks", show_header=True)
+    for column in ("check", "day", "severity", "result", "failing"):
+        checks.add_column(column)
+    for name, day, severity, passed, failing in platform.checks:
+        checks.add_row(name, day, severity, "[green]passed[/]" if passed else "[red]failed[/]", failing)
+    console.print(checks)
+    restore = platform.restore
+    if "error" in restore:
+        console.print(f"[red]restore from the snapshot failed[/]: {restore['error']}")
+    else:
+        joins = f", after {restore['attempts']} group joins" if restore["attempts"] > 1 else ""
+        console.print(f"a fresh word count instance restored {restore['snapshot_keys']:,} keys from the snapshot "
+                      f"and {restore['tail_records']:,} changelog records after it; RUNNING in "
+                      f"{restore['seconds']:.1f} s (incl. the group join{joins})")
+    for failure in platform.failures:
+        console.print(f"[red]failed[/]: {failure}")
+    console.print(f"platform steps took {seconds:.1f} s")
+    results = {
+        "compaction, archive and checks materialized": not platform.failures and bool(platform.steps),
+        "every ERROR-severity check passed": all(passed for _, _, severity, passed, _ in platform.checks
+                                                 if severity == "ERROR") and bool(platform.checks),
+        "the snapshot restore equals the oracle": restore.get("equal", False) and restore.get("snapshot_keys", 0) > 0,
+    }
+    for name, ok in results.items():
+        console.print(f"  {'[green]ok[/]' if ok else '[red]FAILED[/]'}  {name}")
+    return all(results.values())
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ until they are turned on in the UI or with ``dagster schedule start``).
 
 - ``nightly_compaction`` (02:00 UTC): every asset of group ``compaction`` (one per changelog).
 - ``hourly_archive`` (HH:05 UTC): every archive asset, their quality checks included, for today's
-  partition; at the first tick at least ``archive.max_disorder_minutes`` past midnight, yesterday's
-  partition as well (its final version: every record of the day is in by then).
+  partition; at the first tick at least the largest disorder bound of any topic past a day's end
+  (``archive.max_disorder_minutes`` or a topic's own), that day's partition as well (its final
+  version: every record of the day is in by then).
 
 Like every run of the code location, both jobs run their steps in one process (the definitions'
 ``in_process_executor``), so they share one SparkSession instead of starting a JVM per asset.
@@ -48,23 +49,24 @@ ARCHIVE_JOB = dg.define_asset_job(
 )
 
 
-def partitions_due(tick: datetime, archive: ArchiveSpec) -> list[str]:
-    """The archive partitions the hourly tick at ``tick`` (UTC) runs: today, and yesterday at the
-    first tick past midnight + max disorder (when none of yesterday's records can still arrive)."""
+def partitions_due(tick: datetime, archive: ArchiveSpec, closes_after_minutes: int | None = None) -> list[str]:
+    """The archive partitions the hourly tick at ``tick`` (UTC) runs: today, and a past day at the first
+    tick past its end + ``closes_after_minutes`` (default ``archive.max_disorder_minutes``; the
+    definitions pass the largest bound of any topic), when none of its records can still arrive."""
     tick = tick.astimezone(UTC)
     today = tick.date()
+    delay = timedelta(minutes=archive.max_disorder_minutes if closes_after_minutes is None else closes_after_minutes)
     due = []
-    yesterday = today - timedelta(days=1)
-    closes = datetime(today.year, today.month, today.day, tzinfo=UTC) + timedelta(
-        minutes=archive.max_disorder_minutes)
-    if tick - _TICK < closes <= tick and yesterday >= archive.start_date:
-        due.append(yesterday.isoformat())
+    closing = (tick - delay).date() - timedelta(days=1)  # the day whose end + delay is within the last hour
+    closes = datetime(closing.year, closing.month, closing.day, tzinfo=UTC) + timedelta(days=1) + delay
+    if tick - _TICK < closes <= tick and today > closing >= archive.start_date:
+        due.append(closing.isoformat())
     if today >= archive.start_date:
         due.append(today.isoformat())
     return due
 
 
-def _hourly_archive_schedule(archive: ArchiveSpec) -> dg.ScheduleDefinition:
+def _hourly_archive_schedule(archive: ArchiveSpec, closes_after_minutes: int) -> dg.ScheduleDefinition:
     @dg.schedule(
         name="hourly_archive",
         job=ARCHIVE_JOB,
@@ -75,13 +77,15 @@ def _hourly_archive_schedule(archive: ArchiveSpec) -> dg.ScheduleDefinition:
     def hourly_archive(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest]:
         tick = context.scheduled_execution_time
         return [dg.RunRequest(run_key=f"{partition}@{tick:%Y-%m-%dT%H:%M}", partition_key=partition)
-                for partition in partitions_due(tick, archive)]
+                for partition in partitions_due(tick, archive, closes_after_minutes)]
 
     return hourly_archive
 
 
-def automation_schedules(archive: ArchiveSpec | None) -> list[dg.ScheduleDefinition]:
-    """The nightly compaction and (with an archive) the hourly archive schedules, with their jobs."""
+def automation_schedules(archive: ArchiveSpec | None, closes_after_minutes: int | None = None
+                         ) -> list[dg.ScheduleDefinition]:
+    """The nightly compaction and (with an archive) the hourly archive schedules, with their jobs. A day's
+    final archive run comes ``closes_after_minutes`` after its end (default: the archive's bound)."""
     nightly = dg.ScheduleDefinition(
         name="nightly_compaction",
         job=COMPACTION_JOB,
@@ -89,4 +93,7 @@ def automation_schedules(archive: ArchiveSpec | None) -> list[dg.ScheduleDefinit
         execution_timezone="UTC",
         description="Every night at 02:00 UTC: compact every changelog into a snapshot.",
     )
-    return [nightly] if archive is None else [nightly, _hourly_archive_schedule(archive)]
+    if archive is None:
+        return [nightly]
+    delay = archive.max_disorder_minutes if closes_after_minutes is None else closes_after_minutes
+    return [nightly, _hourly_archive_schedule(archive, delay)]

@@ -27,7 +27,7 @@ check_apps_against_topologies(platform_spec)
 defs = dg.Definitions(
     assets=[*topic_asset_specs(platform_spec), *compaction_assets(platform_spec), *archive_assets(platform_spec)],
     asset_checks=quality_checks(platform_spec),
-    schedules=automation_schedules(platform_spec.archive),
+    schedules=automation_schedules(platform_spec.archive, platform_spec.archive_closing_minutes()),
     # Steps of a run share its process, hence one SparkSession (6-15 s to start) for all its Spark
     # assets; Spark parallelizes inside each step, and the `spark` pool keeps runs from overlapping.
     executor=dg.in_process_executor,

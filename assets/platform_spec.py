@@ -121,6 +121,14 @@ class TopicSpec(_Model):
     fields: dict[str, FieldType] = Field(default_factory=dict)
     description: str = ""
     config: dict[str, str] = Field(default_factory=dict)
+    max_disorder_minutes: int | None = Field(default=None, ge=0, le=1440)
+    """This topic's bound for the archive, when it differs from ``archive.max_disorder_minutes``: an
+    output several tasks write into one partition (null keys, another partitioning) interleaves their
+    event times, so its disorder is as large as the tasks' lag behind each other."""
+
+    def disorder_bound_minutes(self, archive: ArchiveSpec) -> int:
+        """The archive's disorder bound for this topic: its own ``max_disorder_minutes``, else the archive's."""
+        return archive.max_disorder_minutes if self.max_disorder_minutes is None else self.max_disorder_minutes
 
     @field_validator("fields", mode="before")
     @classmethod
@@ -379,6 +387,13 @@ class PlatformSpec(_Model):
         except KeyError:
             known = sorted(self.clusters)
             raise PlatformSpecError(f"unknown cluster {chosen!r}; declared: {known}") from None
+
+    def archive_closing_minutes(self) -> int:
+        """How long after a day ends its archive is final: the largest disorder bound of any topic."""
+        if self.archive is None:
+            return 0
+        archive = self.archive
+        return max((topic.disorder_bound_minutes(archive) for topic in self.topics.values()), default=0)
 
     def changelog_topics(self) -> dict[str, tuple[str, StoreSpec]]:
         """Changelog topic name -> (app name, store) for every logged store."""

@@ -84,7 +84,8 @@ def time_big_snapshot_read(location: str, rows: int) -> float:
     directory.mkdir(parents=True)
     table = pa.table({"key": pa.array([b"key-%012d" % i for i in range(rows)], pa.binary()),
                       "value": pa.array([i.to_bytes(8, "big") for i in range(rows)], pa.binary()),
-                      "offset": pa.array(range(rows), pa.int64())})
+                      "offset": pa.array(range(rows), pa.int64()),
+                      "timestamp": pa.array(range(rows), pa.int64())})
     pq.write_table(table, directory / "part-00000.zstd.parquet", compression="zstd")
     snapshots.write_manifest(location, manifest)
     t0 = time.perf_counter()
@@ -103,7 +104,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from assets.spark.compaction import compact_changelog
-    from assets.spark.session import read_spark_defaults, spark_session
+    from assets.spark.session import local_spark_session
     from streaming.state import snapshots
 
     latest: dict[bytes, bytes | None] = {}
@@ -121,9 +122,7 @@ def main() -> int:
         assert consumed == args.records, f"ceiling read {consumed} records"
 
         t0 = time.perf_counter()
-        conf = read_spark_defaults(Path(_ROOT) / "platform" / "spark" / "spark-defaults.conf")
-        conf.update({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4"})
-        spark = spark_session(conf)
+        spark = local_spark_session()
         print(f"SparkSession started in {time.perf_counter() - t0:.1f} s (not counted below)")
 
         def compact(where: str) -> snapshots.SnapshotManifest:
@@ -140,7 +139,7 @@ def main() -> int:
 
         t0 = time.perf_counter()
         snapshot = {k: v for p in range(PARTITIONS) for batch in snapshots.read_partition(location, tail, p)
-                    for k, v in batch}
+                    for k, v, _ in batch}
         read_s = time.perf_counter() - t0
         expected = {k: v for k, v in latest.items() if v is not None}
         if snapshot != expected:

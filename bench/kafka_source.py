@@ -85,7 +85,7 @@ def main() -> int:
     parser.add_argument("--bootstrap", help="use a running broker instead of starting the embedded one")
     args = parser.parse_args()
 
-    from assets.spark.session import read_spark_defaults, spark_session
+    from assets.spark.session import local_spark_session
 
     with C.broker(args.bootstrap) as broker:
         topic = f"bench-source-{C.run_id()}"
@@ -99,9 +99,7 @@ def main() -> int:
         assert consumed == args.records, f"ceiling read {consumed} records"
 
         t0 = time.perf_counter()
-        conf = read_spark_defaults(Path(_ROOT) / "platform" / "spark" / "spark-defaults.conf")
-        conf.update({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4"})
-        spark = spark_session(conf)
+        spark = local_spark_session()
         spark.dataSource.register(row_source())
         print(f"SparkSession started in {time.perf_counter() - t0:.1f} s (not counted below)")
 

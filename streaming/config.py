@@ -111,6 +111,14 @@ def _non_empty(value: Any) -> str:
     return value
 
 
+def _optional_string(value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError("must be a string (a path or a URI)")
+    return value.strip()
+
+
 def _host_port(value: Any) -> str:
     if value in ("", None):
         return ""
@@ -132,6 +140,9 @@ KEYS: dict[str, _Key] = {
     "processing.guarantee": _Key(_choice(AT_LEAST_ONCE, EXACTLY_ONCE_V2), AT_LEAST_ONCE),
     "commit.interval.ms": _Key(_int(0), None),  # None: 30000, or 100 under exactly_once_v2
     "state.dir": _Key(lambda v: str(Path(v)), str(Path(tempfile.gettempdir()) / "brook-streams")),
+    # Where the platform's changelog compaction writes snapshots (platform.yaml `snapshots.location`): a
+    # task without local state loads the newest one, then restores only the changelog after it.
+    "state.snapshot.location": _Key(_optional_string, ""),
     "num.stream.threads": _Key(_int(1), 1),
     "num.standby.replicas": _Key(_int(0), 0),
     "statestore.cache.max.bytes": _Key(_int(0), 10 * 1024 * 1024),

@@ -36,9 +36,21 @@ def check_store_name(name: Any) -> str:
     return name
 
 
+CHANGELOG_SUFFIX = "-changelog"
+
+
 def changelog_topic(application_id: str, store: str) -> str:
     """A store's changelog topic: ``<application.id>-<store>-changelog``."""
-    return f"{application_id}-{store}-changelog"
+    return f"{application_id}-{store}{CHANGELOG_SUFFIX}"
+
+
+def store_of_changelog(application_id: str, topic: str) -> str | None:
+    """The store whose changelog ``topic`` is, for application ``application_id`` (None if it is not one)."""
+    prefix = f"{application_id}-"
+    if not topic.startswith(prefix) or not topic.endswith(CHANGELOG_SUFFIX) or \
+            len(topic) <= len(prefix) + len(CHANGELOG_SUFFIX):
+        return None
+    return topic[len(prefix):-len(CHANGELOG_SUFFIX)]
 
 
 REPARTITION_SUFFIX = "-repartition"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -22,7 +22,6 @@ from streaming.broker import EmbeddedBroker
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -56,12 +55,26 @@ def unique_name() -> str:
 def spark() -> Iterator[SparkSession]:
     """One local SparkSession for the whole session (6-15 s to start), with the ``brook-kafka``
     source registered: the platform's Spark conf, on 2 cores with 4 shuffle partitions."""
-    from assets.spark.session import read_spark_defaults, spark_session
+    from assets.spark.session import local_spark_session
 
-    conf = read_spark_defaults(ROOT / "platform" / "spark" / "spark-defaults.conf")
-    conf.update({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4"})
-    session = spark_session(conf)
+    session = local_spark_session()
     try:
         yield session
     finally:
         session.stop()
+
+
+_ARTIFACTS = pytest.StashKey[list[str]]()
+
+
+@pytest.fixture
+def record_artifact(request: pytest.FixtureRequest) -> Callable[[Path], None]:
+    """Name a file a test leaves for people to look at (a screenshot); printed at the end of the session."""
+    def record(path: Path) -> None:
+        request.config.stash.setdefault(_ARTIFACTS, []).append(str(path))
+    return record
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    for path in config.stash.get(_ARTIFACTS, []):
+        terminalreporter.write_line(f"test artifact: {path}")

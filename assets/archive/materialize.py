@@ -148,15 +148,15 @@ def _bytes_under(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*.parquet"))
 
 
-def _verify_disorder(topic: str, day: date, stats: dict[int, dict[str, Any]], archive: ArchiveSpec) -> None:
+def _verify_disorder(topic: str, day: date, stats: dict[int, dict[str, Any]], bound_minutes: int) -> None:
     """Fail when a record read is further behind than the bound the day's offsets were found with."""
     for partition, stat in sorted(stats.items()):
-        if stat["max_behind_ms"] > archive.max_disorder_minutes * 60_000:
+        if stat["max_behind_ms"] > bound_minutes * 60_000:
             raise ArchiveError(
                 f"topic {topic!r} partition {partition} offset {stat['worst_offset']}: its timestamp is "
-                f"{stat['max_behind_ms'] / 60_000:.1f} min behind an earlier record's, more than "
-                f"archive.max_disorder_minutes ({archive.max_disorder_minutes}); day {day} could miss "
-                "records: raise the bound in platform.yaml and archive the day again")
+                f"{stat['max_behind_ms'] / 60_000:.1f} min behind an earlier record's, more than the bound of "
+                f"{bound_minutes} min (archive.max_disorder_minutes, or the topic's own max_disorder_minutes); "
+                f"day {day} could miss records: raise the bound in platform.yaml and archive the day again")
 
 
 def _write(decoded: DataFrame, spec: TopicSpec, day_start_ms: int, staging: Path, undecodable: int) -> None:
@@ -192,8 +192,9 @@ def archive_day(spark: SparkSession, client_config: dict[str, Any], topic: str, 
     """Archive ``topic``'s records with a timestamp in ``day`` (UTC) to ``<archive>/<topic>/date=<day>``.
 
     Raises:
-        ArchiveError: a record read is further out of order than ``archive.max_disorder_minutes``
-            (the bound the day's offsets were found with), naming the topic, partition and offset.
+        ArchiveError: a record read is further out of order than the topic's disorder bound (its own
+            ``max_disorder_minutes``, else the archive's; the day's offsets were found with it), naming
+            the topic, partition and offset.
     """
     from pyspark import StorageLevel
 
@@ -201,13 +202,14 @@ def archive_day(spark: SparkSession, client_config: dict[str, Any], topic: str, 
     client_config = {**READER_SETTINGS, **client_config}
     root = archive.root()
     day_start_ms = _day_start_ms(day)
-    ranges = _find_ranges(client_config, topic, day_start_ms, archive.max_disorder_minutes * 60_000)
+    bound_minutes = spec.disorder_bound_minutes(archive)
+    ranges = _find_ranges(client_config, topic, day_start_ms, bound_minutes * 60_000)
     log.info("archive %s %s: offsets %s", topic, day, {p: (r.start, r.end) for p, r in ranges.items()})
 
     decoded = _read_decoded(spark, client_config, topic, spec, ranges).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         stats = _partition_stats(decoded, day_start_ms)
-        _verify_disorder(topic, day, stats, archive)
+        _verify_disorder(topic, day, stats, bound_minutes)
         reports = _reports(ranges, stats)
         rows = sum(report.rows for report in reports.values())
         undecodable = sum(report.undecodable for report in reports.values())
@@ -217,7 +219,7 @@ def archive_day(spark: SparkSession, client_config: dict[str, Any], topic: str, 
             _write(decoded, spec, day_start_ms, staging, undecodable)
             size = _bytes_under(staging)
             manifest = {"topic": topic, "day": day.isoformat(), "rows": rows, "undecodable": undecodable,
-                        "max_disorder_minutes": archive.max_disorder_minutes,
+                        "max_disorder_minutes": bound_minutes,
                         "written_at": datetime.now(UTC).isoformat(),
                         "partitions": {str(p): asdict(report) for p, report in reports.items()}}
             path = publish_day(staging, root, topic, day, manifest)

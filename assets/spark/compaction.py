@@ -9,7 +9,8 @@ A store's changelog holds every update of every key; restoring a store from it r
    The offsets are checked against the topic, so a recreated or truncated changelog is an error,
    not a silently wrong snapshot.
 2. Spark reads the tail through the ``brook-kafka`` source, unions it with the previous snapshot's
-   rows, and keeps per (partition, key) the row with the highest offset; only then are tombstones
+   rows, and keeps per (partition, key) the row with the highest offset (with its record timestamp,
+   which a timestamped store restores as the value's); only then are tombstones
    (null values) dropped, so a tombstone in the tail deletes a key of the previous snapshot.
 3. The rows are written as Parquet (``partitionBy("partition")``, sorted by key), synced to disk,
    and the manifest is written last, atomically. Snapshots past ``keep`` are pruned.
@@ -37,8 +38,8 @@ from streaming.state.snapshots import PartitionSnapshot, SnapshotError, Snapshot
 
 __all__ = ["CompactionError", "CompactionResult", "compact_changelog", "plan_tail"]
 
-_SNAPSHOT_SCHEMA = "key binary, value binary, offset long, partition int"
-_TAIL_SCHEMA = "partition int, key binary, value binary, offset long"  # only the columns compaction needs
+_SNAPSHOT_SCHEMA = "key binary, value binary, offset long, timestamp long, partition int"
+_TAIL_SCHEMA = "partition int, key binary, value binary, offset long, timestamp timestamp"  # what compaction needs
 
 
 class CompactionError(Exception):
@@ -129,20 +130,24 @@ def compact_changelog(spark: SparkSession, *, client_config: Mapping[str, Any], 
             .option("startingOffsets", json.dumps({changelog_topic: {str(p): o for p, o in starts.items()}}))
             .option("endingOffsets", json.dumps({changelog_topic: {str(p): o for p, o in ends.items()}}))
             .load()
-            .select("partition", "key", "value", "offset", F.lit(1).alias("from_tail")))
+            .select("partition", "key", "value", "offset", F.unix_millis("timestamp").alias("timestamp"),
+                    F.lit(1).alias("from_tail")))
     merged = tail
     previous_keys = previous.keys if previous else 0
     if previous is not None and previous.keys:
         old = spark.read.schema(_SNAPSHOT_SCHEMA).parquet(snapshots.data_uri(location, previous))
-        merged = old.select("partition", "key", "value", "offset", F.lit(0).alias("from_tail")).unionByName(tail)
+        merged = old.select("partition", "key", "value", "offset", "timestamp",
+                            F.lit(0).alias("from_tail")).unionByName(tail)
 
     latest = (merged.groupBy("partition", "key")
-              .agg(F.max(F.struct("offset", "value")).alias("latest"), F.sum("from_tail").alias("tail_records"))
+              .agg(F.max(F.struct("offset", "value", "timestamp")).alias("latest"),
+                   F.sum("from_tail").alias("tail_records"))
               .persist(StorageLevel.MEMORY_AND_DISK))
     try:
         stats = _partition_stats(latest, changelog_topic)
         kept = (latest.where(F.col("key").isNotNull() & F.col("latest.value").isNotNull())
-                .select("partition", "key", F.col("latest.value").alias("value"), F.col("latest.offset").alias("offset")))
+                .select("partition", "key", F.col("latest.value").alias("value"), F.col("latest.offset").alias("offset"),
+                        F.col("latest.timestamp").alias("timestamp")))
         _write(kept, data_uri)
     finally:
         latest.unpersist()

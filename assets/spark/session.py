@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from assets.spark.kafka_source import register_kafka_source
 
-__all__ = ["SparkConfError", "read_spark_defaults", "spark_session"]
+__all__ = ["SparkConfError", "local_spark_session", "read_spark_defaults", "spark_session"]
 
 
 class SparkConfError(ValueError):
@@ -61,3 +61,11 @@ def spark_session(conf: Mapping[str, str]) -> SparkSession:
     session = builder.getOrCreate()
     register_kafka_source(session)
     return session
+
+
+def local_spark_session(cores: int = 2, shuffle_partitions: int = 4) -> SparkSession:
+    """A local session with the platform's Spark conf (``platform/spark/spark-defaults.conf``) on
+    ``cores`` cores: what the tests and benchmarks run on."""
+    conf = read_spark_defaults(Path(__file__).resolve().parents[2] / "platform" / "spark" / "spark-defaults.conf")
+    conf.update({"spark.master": f"local[{cores}]", "spark.sql.shuffle.partitions": str(shuffle_partitions)})
+    return spark_session(conf)

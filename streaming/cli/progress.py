@@ -1,4 +1,5 @@
-"""A state restore listener that draws restore progress (records done / total) with rich."""
+"""A state restore listener that draws restore progress (records done / total) with rich: one line per
+snapshot loaded, then a bar per changelog tail."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ class RestoreProgressBar:
                                   console=console or Console(stderr=True), transient=False)
         self._bars: dict[TP, TaskID] = {}
         self._lock = threading.Lock()
+
+    def on_snapshot_restored(self, topic_partition: TP, store_name: str, snapshot_id: str, next_offset: int,
+                             num_restored: int) -> None:
+        self._progress.console.print(f"restored [bold]{store_name} [{topic_partition[1]}][/bold] from snapshot "
+                                     f"{snapshot_id}: {num_restored:,} keys (changelog offsets < {next_offset:,}); "
+                                     f"then the changelog tail")
 
     def on_restore_start(self, topic_partition: TP, store_name: str, start_offset: int, end_offset: int) -> None:
         with self._lock:

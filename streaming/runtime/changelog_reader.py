@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streaming.errors import StreamsError
+from streaming.runtime.snapshots import NoSnapshots, SnapshotSource, seed_from_snapshots
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,12 @@ STALL_SECONDS = 2.0  # a restore with neither records nor EOF this long gets its
 
 
 class StateRestoreListener(Protocol):
-    """Kafka Streams' ``StateRestoreListener``: called from the stream thread during restores."""
+    """Kafka Streams' ``StateRestoreListener``: called from the stream thread during restores.
+
+    A listener may also define ``on_snapshot_restored(topic_partition, store_name, snapshot_id,
+    next_offset, num_restored)``: a store loaded a snapshot (``state.snapshot.location``) and restores
+    the changelog from ``next_offset`` on (then reported by the three methods below).
+    """
 
     def on_restore_start(self, topic_partition: TP, store_name: str, start_offset: int, end_offset: int) -> None: ...
     def on_batch_restored(self, topic_partition: TP, store_name: str, batch_end_offset: int,
@@ -48,7 +54,8 @@ class _Restoring:
 class StoreChangelogReader:
     """Restores registered changelog partitions; ``restore()`` returns tasks whose stores are all done."""
 
-    def __init__(self, consumer_config: dict[str, Any], listener: StateRestoreListener | None) -> None:
+    def __init__(self, consumer_config: dict[str, Any], listener: StateRestoreListener | None,
+                 snapshots: SnapshotSource | None = None) -> None:
         config = {key: value for key, value in consumer_config.items()
                   if key not in ("group.id", "partition.assignment.strategy", "session.timeout.ms",
                                  "heartbeat.interval.ms", "group.instance.id", "enable.auto.offset.store")}
@@ -61,6 +68,7 @@ class StoreChangelogReader:
         self._group = f"{consumer_config['group.id']}-restore"
         self._consumer = Consumer({**self._config, "group.id": self._group})
         self._listener = listener
+        self._snapshots = snapshots or NoSnapshots()
         self._restoring: dict[TP, _Restoring] = {}
         self._pending_tasks: dict[str, set[TP]] = {}
         self._last_log = 0.0
@@ -76,7 +84,10 @@ class StoreChangelogReader:
 
     def register(self, task: Any, offsets: dict[TP, int], stores: dict[TP, Any], standby: bool = False) -> None:
         """Restore ``stores`` of ``task`` from ``offsets``; an active task is returned by ``restore`` when
-        done, a standby task keeps tailing its changelogs until unregistered."""
+        done, a standby task keeps tailing its changelogs until unregistered. A store that would restore
+        from offset 0 (no local state) first loads the newest snapshot, if there is one, and restores
+        only the changelog after it."""
+        offsets = seed_from_snapshots(self._snapshots, offsets, stores, self._listener)
         self._pending_tasks[task.id] = set(offsets)
         for tp, start in offsets.items():
             self._restoring[tp] = _Restoring(stores[tp], task, start, start, standby=standby)
@@ -158,9 +169,10 @@ class StoreChangelogReader:
                     f"cannot restore store {state.store.name!r} of task {state.task.id}: changelog "
                     f"{tp[0]}[{tp[1]}] ends at offset {ends[tp]}, but local state (its checkpoint) or the snapshot "
                     f"covers it up to offset {state.start}: the topic was recreated (an application reset, a broker "
-                    f"that lost its storage) under older local state. Restoring anyway would silently keep state "
-                    f"the changelog no longer has. Delete this application's local state (KafkaStreams.cleanup()) "
-                    f"and start again.")
+                    f"that lost its storage) under older local state or an older snapshot. Restoring anyway would "
+                    f"silently keep state the changelog no longer has. Delete this application's local state "
+                    f"(KafkaStreams.cleanup()) and the store's snapshots under state.snapshot.location, and start "
+                    f"again.")
 
     def _complete_caught_up(self) -> list[Any]:
         """Complete active restores whose position reached the high watermark of the last fetch (the

@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient
 from streaming.config import StreamsConfig
 from streaming.runtime.changelog_reader import StateRestoreListener, StoreChangelogReader
 from streaming.runtime.record_collector import KafkaRecordCollector
+from streaming.runtime.snapshots import snapshot_source
 from streaming.runtime.state_directory import StateDirectory
 from streaming.runtime.task import StreamTask
 from streaming.runtime.task_manager import TaskManager, as_pairs
@@ -48,7 +49,9 @@ class StreamThread(threading.Thread):
         self.admin = AdminClient(config.admin_config())
         self.collector = KafkaRecordCollector(config.producer_config(), self.admin)
         self.consumer = Consumer(config.consumer_config())
-        self.changelog_reader = StoreChangelogReader(config.consumer_config(), restore_listener)
+        self.changelog_reader = StoreChangelogReader(
+            config.consumer_config(), restore_listener,
+            snapshot_source(config["state.snapshot.location"], config.application_id))
         self.tasks = TaskManager(topology, config, self.collector, wall_clock_ms, self.changelog_reader,
                                  partition_counts, directory=directory, hosts_standbys=hosts_standbys)
         self._offset_resets = self.tasks.offset_resets()

@@ -9,7 +9,6 @@ from typing import Any
 from streaming.config import StreamsConfig
 from streaming.runtime.changelog_reader import StoreChangelogReader
 from streaming.runtime.record_collector import RecordCollector
-from streaming.runtime.snapshots import NoSnapshots, SnapshotSource, seed_from_snapshots
 from streaming.runtime.state_directory import StateDirectory
 from streaming.runtime.task import StreamTask, TopicPartition, task_id_of
 from streaming.state.caching import CacheBudget
@@ -27,14 +26,13 @@ class TaskManager:
 
     def __init__(self, topology: Topology, config: StreamsConfig, collector: RecordCollector,
                  clock: Callable[[], int], changelog_reader: StoreChangelogReader,
-                 partition_counts: dict[str, int] | None = None, snapshots: SnapshotSource | None = None,
-                 directory: StateDirectory | None = None, hosts_standbys: bool = True) -> None:
+                 partition_counts: dict[str, int] | None = None, directory: StateDirectory | None = None,
+                 hosts_standbys: bool = True) -> None:
         self._topology = topology
         self._config = config
         self._collector = collector
         self._clock = clock
         self._reader = changelog_reader
-        self._snapshots = snapshots or NoSnapshots()
         self._directory = directory or StateDirectory()  # shared by the instance's stream threads
         self._cache_budget = CacheBudget(config["statestore.cache.max.bytes"])
         self._subtopology_of: dict[str, Subtopology] = {
@@ -105,8 +103,7 @@ class TaskManager:
         self._waiting.pop(task.id, None)
         task.open_stores()
         if task.state.changelogs:
-            offsets = seed_from_snapshots(self._snapshots, task.state.restore_offsets(), task.state.changelogs)
-            self._reader.register(task, offsets, task.state.changelogs)
+            self._reader.register(task, task.state.restore_offsets(), task.state.changelogs)
             log.info("created task %s for partitions %s; restoring its stores", task.id, task.partitions)
             return False
         task.initialize_topology()

@@ -5,7 +5,8 @@ workers restore from the newest one and then replay only the changelog after it.
 module, which needs nothing but pyarrow. One directory per changelog::
 
     <location>/<application_id>/<store>/
-        data/<snapshot_id>/partition=<p>/part-*.parquet   columns key binary, value binary, offset long
+        data/<snapshot_id>/partition=<p>/part-*.parquet   columns key binary, value binary, offset long,
+                                                          timestamp long (the record's, epoch ms)
         manifests/<snapshot_id>.json                       written last, atomically
 
 - A snapshot exists only when its manifest does. The manifest is written after all data, atomically
@@ -20,7 +21,7 @@ module, which needs nothing but pyarrow. One directory per changelog::
   Hadoop's ``s3a://`` is read as ``s3://``), opened with :mod:`pyarrow.fs`.
 
 Query the snapshots with Spark SQL: ``spark.read.parquet("<location>/<app>/<store>/data/<snapshot_id>")``
-gives ``key, value, offset, partition``.
+gives ``key, value, offset, timestamp, partition``.
 """
 
 from __future__ import annotations
@@ -399,8 +400,9 @@ def _delete_dir(target: _Store, directory: str) -> None:
 
 
 def read_partition(location: str, manifest: SnapshotManifest, partition: int,
-                   batch_size: int = 65_536) -> Iterator[list[tuple[bytes, bytes]]]:
-    """The ``(key, value)`` rows of one partition of a snapshot, in batches of up to ``batch_size``.
+                   batch_size: int = 65_536) -> Iterator[list[tuple[bytes, bytes, int]]]:
+    """The ``(key, value, timestamp)`` rows of one partition of a snapshot, in batches of up to ``batch_size``
+    (the timestamp of each row's changelog record, which a timestamped store keeps with the value).
 
     Yields nothing when the partition has no keys.
 
@@ -417,7 +419,8 @@ def read_partition(location: str, manifest: SnapshotManifest, partition: int,
         try:
             with target.fs.open_input_file(path) as handle:
                 parquet = pq.ParquetFile(handle)
-                for batch in parquet.iter_batches(batch_size=batch_size, columns=["key", "value"]):
-                    yield list(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True))
+                for batch in parquet.iter_batches(batch_size=batch_size, columns=["key", "value", "timestamp"]):
+                    yield list(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(),
+                                   batch.column(2).to_pylist(), strict=True))
         except (OSError, ValueError, KeyError) as exc:
             raise SnapshotError(f"cannot read snapshot file {shown}: {exc}") from exc

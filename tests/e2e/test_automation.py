@@ -75,3 +75,12 @@ def test_hourly_schedule_requests_the_due_partitions() -> None:
     requests = schedule(context)
     assert [r.partition_key for r in requests] == ["2024-03-09", "2024-03-10"]
     assert len({r.run_key for r in requests}) == 2
+
+
+def test_a_day_is_final_after_the_largest_bound_even_a_day_long_one() -> None:
+    """A topic's own bound (orders-rejected: 1440 min) moves every day's final run: day D's comes at the
+    first tick past midnight of D+2."""
+    ticks = [datetime(2024, 3, day, hour, 5, tzinfo=UTC) for day in (10, 11, 12) for hour in range(24)]
+    finals = {(t.day, t.hour): partitions_due(t, ARCHIVE, closes_after_minutes=1440) for t in ticks}
+    assert [k for k, due in finals.items() if "2024-03-10" in due and k[0] != 10] == [(12, 0)]
+    assert all(due[-1] == f"2024-03-{t.day:02d}" for t, due in zip(ticks, finals.values(), strict=True))

@@ -1,4 +1,5 @@
-"""``dagster asset materialize`` from the command line: archive partitions and their quality checks.
+"""``dagster asset materialize`` from the command line: archive partitions and their quality checks, and
+changelog compaction.
 
 The code location is the one ``workspace.yaml`` names (``dagster asset materialize`` takes no
 workspace file, so the test reads the module and working directory from it), with a throwaway
@@ -66,6 +67,27 @@ def _spec(tmp_path: Path, names: dict[str, str]) -> Path:
     return path
 
 
+def _materialize(tmp_path: Path, bootstrap: str, spec_path: Path, *args: str) -> Path:
+    """Run ``dagster asset materialize`` over the code location workspace.yaml names, with a throwaway
+    DAGSTER_HOME; returns that home."""
+    home = tmp_path / "dagster_home"
+    home.mkdir(exist_ok=True)
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    spark_conf = tmp_path / "spark-defaults.conf"
+    spark_conf.write_text((ROOT / "platform" / "spark" / "spark-defaults.conf").read_text()
+                          + "\nspark.master local[2]\nspark.sql.shuffle.partitions 4\n")
+    [location] = yaml.safe_load((ROOT / "workspace.yaml").read_text())["load_from"]
+    module = location["python_module"]
+    env = {**os.environ, "DAGSTER_HOME": str(home), "BROOK_BOOTSTRAP_SERVERS": bootstrap,
+           "BROOK_PLATFORM_SPEC": str(spec_path), "BROOK_SPARK_CONF": str(spark_conf)}
+    result = subprocess.run(
+        [str(DAGSTER), "asset", "materialize", "-m", module["module_name"], "-d", module["working_directory"], *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    return home
+
+
 def test_cli_materializes_archive_partitions_and_runs_their_checks(tmp_path: Path, bootstrap: str,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     suffix = uuid.uuid4().hex[:8]
@@ -76,23 +98,8 @@ def test_cli_materializes_archive_partitions_and_runs_their_checks(tmp_path: Pat
         produce(bootstrap, names[topic], topic_records, Serdes.String(), Serdes.Json())
 
     spec_path = _spec(tmp_path, names)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
-    spark_conf = tmp_path / "spark-defaults.conf"
-    spark_conf.write_text((ROOT / "platform" / "spark" / "spark-defaults.conf").read_text()
-                          + "\nspark.master local[2]\nspark.sql.shuffle.partitions 4\n")
-    [location] = yaml.safe_load((ROOT / "workspace.yaml").read_text())["load_from"]
-    module = location["python_module"]
-    env = {**os.environ, "DAGSTER_HOME": str(home), "BROOK_BOOTSTRAP_SERVERS": bootstrap,
-           "BROOK_PLATFORM_SPEC": str(spec_path), "BROOK_SPARK_CONF": str(spark_conf)}
     selection = ",".join(f"archive/{name}" for name in names.values())
-    result = subprocess.run(
-        [str(DAGSTER), "asset", "materialize", "-m", module["module_name"], "-d", module["working_directory"],
-         "--select", selection, "--partition", DAY],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-5000:]
+    home = _materialize(tmp_path, bootstrap, spec_path, "--select", selection, "--partition", DAY)
 
     spec = load_platform_spec(spec_path)
     midnight_ms = 1_700_006_400_000
@@ -113,3 +120,38 @@ def test_cli_materializes_archive_partitions_and_runs_their_checks(tmp_path: Pat
         evaluation = execution.event.dagster_event.event_specific_data
         assert evaluation.passed, (key, evaluation.description)
         assert evaluation.metadata["day"].value == DAY
+
+
+def test_cli_materializes_a_changelog_compaction(tmp_path: Path, bootstrap: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The word count's store compacted by `dagster asset materialize`: the snapshot holds the latest value
+    of every key of the changelog (written here as a worker would), tombstoned keys gone."""
+    from assets.compaction import compaction_asset_key
+    from streaming.naming import changelog_topic
+    from streaming.state import snapshots
+    from streaming.testing.generators import GeneratedRecord
+
+    application_id = f"wordcount-{uuid.uuid4().hex[:8]}"  # the broker is shared with other tests
+    changelog = changelog_topic(application_id, "word-counts")
+    create_topics(bootstrap, {changelog: 4})
+    updates = [GeneratedRecord(f"w{i % 50}", i, 1_700_000_000_000 + i) for i in range(1_000)]
+    deleted = [GeneratedRecord(f"w{i}", None, 1_700_000_001_000 + i) for i in range(5)]
+    produce(bootstrap, changelog, updates + deleted, Serdes.String(), Serdes.Long())
+
+    raw = yaml.safe_load((ROOT / "platform" / "platform.yaml").read_text())
+    raw["apps"] = {"wordcount": {**raw["apps"]["wordcount"], "application_id": application_id}}
+    raw["snapshots"]["location"] = str(tmp_path / "snapshots")
+    spec_path = tmp_path / "platform.yaml"
+    spec_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    home = _materialize(tmp_path, bootstrap, spec_path, "--select", "snapshots/wordcount/word-counts")
+
+    manifest = snapshots.latest_manifest(str(tmp_path / "snapshots"), application_id, "word-counts")
+    assert manifest is not None and manifest.records_read == len(updates) + len(deleted)
+    snapshot = {Serdes.String().deserialize(k): Serdes.Long().deserialize(v) for p in range(4)
+                for batch in snapshots.read_partition(str(tmp_path / "snapshots"), manifest, p) for k, v, _ in batch}
+    latest = {r.key: r.value for r in updates}
+    assert snapshot == {k: v for k, v in latest.items() if k not in {r.key for r in deleted}}
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    event = dg.DagsterInstance.from_config(str(home)).get_latest_materialization_event(
+        compaction_asset_key("wordcount", "word-counts"))
+    assert event is not None and event.asset_materialization.metadata["keys_kept"].value == 45

@@ -25,6 +25,7 @@ from streaming.admin import create_topics
 from streaming.processor import Processor, ProcessorContext, Record
 from streaming.runtime.kafka_streams import State
 from streaming.state import snapshots
+from streaming.testing import RestoreCounter
 from streaming.testing.generators import GeneratedRecord
 from streaming.testing.kafka import committed_offsets, produce, read_topic, wait_for
 
@@ -56,8 +57,9 @@ def topology(source: str) -> Topology:
 
 
 def records(updates: dict[str, int], deletes: list[str], seed: int) -> list[GeneratedRecord]:
-    batch = [GeneratedRecord(key, "x", 1_700_000_000_000) for key, n in updates.items() for _ in range(n)]
+    batch = [GeneratedRecord(key, "x", 0) for key, n in updates.items() for _ in range(n)]
     random.Random(seed).shuffle(batch)
+    batch = [GeneratedRecord(r.key, r.value, 1_700_000_000_000 + seed * 100_000 + i) for i, r in enumerate(batch)]
     return batch + [GeneratedRecord(key, "delete", 1_700_000_000_000) for key in deletes]
 
 
@@ -65,7 +67,7 @@ class Platform:
     """A platform spec with one app and its store, a snapshot location, and the Dagster resources."""
 
     def __init__(self, bootstrap: str, app_id: str, source: str, location: Path, spark: SparkSession) -> None:
-        self.app_id, self.location = app_id, location
+        self.app_id, self.location, self.bootstrap = app_id, location, bootstrap
         self.changelog = f"{app_id}-{STORE}-changelog"
         self.spec_path = location.parent / "platform.yaml"
         self.spec_path.write_text(yaml.safe_dump({
@@ -95,9 +97,21 @@ class Platform:
         assert manifest is not None
         rows = {p: {String.deserialize(k): Long.deserialize(v)
                     for batch in snapshots.read_partition(str(self.location), manifest, p, batch_size=50)
-                    for k, v in batch}
+                    for k, v, _ in batch}
                 for p in range(PARTITIONS)}
         return manifest, rows
+
+    def snapshot_timestamps(self) -> dict[str, int]:
+        """The timestamp the newest snapshot keeps with each key."""
+        manifest = snapshots.latest_manifest(str(self.location), self.app_id, STORE)
+        assert manifest is not None
+        return {String.deserialize(k): timestamp for p in range(PARTITIONS)
+                for batch in snapshots.read_partition(str(self.location), manifest, p) for k, _, timestamp in batch}
+
+    def changelog_timestamps(self) -> dict[str, int]:
+        """The timestamp of each key's latest changelog record."""
+        changelog = sorted(read_topic(self.bootstrap, self.changelog, String, Long, PARTITIONS), key=lambda r: r.offset)
+        return {r.key: r.timestamp for r in changelog}
 
     def changelog_partition_of_keys(self, bootstrap: str) -> tuple[dict[str, int], dict[int, int]]:
         """Which changelog partition each key is in, and each partition's end offset."""
@@ -169,6 +183,8 @@ def test_compaction_snapshots_the_store_then_reads_only_the_tail(
         partition_of, changelog_ends = platform.changelog_partition_of_keys(bootstrap)
         assert {k: v for part in rows.values() for k, v in part.items()} == first_store
         assert all(partition_of[k] == p for p, part in rows.items() for k in part), "keys stay in their partition"
+        latest_times = platform.changelog_timestamps()
+        assert platform.snapshot_timestamps() == {k: latest_times[k] for k in first_store}, "record timestamps kept"
         changelog_records = sum(changelog_ends.values())
         meta = metadata(first)
         assert meta["records_read"] == manifest.records_read == changelog_records
@@ -234,3 +250,49 @@ def test_the_code_location_has_a_compaction_asset_per_store_in_the_spark_pool() 
     assert isinstance(defs.resources["pyspark"], SparkResource)
     dagster_yaml = yaml.safe_load((Path(__file__).resolve().parents[2] / "dagster.yaml").read_text())
     assert dagster_yaml["concurrency"]["pools"]["default_limit"] == 1, "one Spark-pool step at a time"
+
+
+def test_a_fresh_instance_restores_the_snapshot_then_only_the_tail(
+        spark: SparkSession, bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    """Issue 7, item 4: a task without local state loads the newest snapshot (state.snapshot.location) and
+    replays only the changelog after it; the state equals a full restore's."""
+    source = f"{unique_name}-lines"
+    create_topics(bootstrap, {source: PARTITIONS})
+    platform = Platform(bootstrap, unique_name, source, tmp_path / "snapshots", spark)
+    config = {"application.id": unique_name, "bootstrap.servers": bootstrap, "commit.interval.ms": 200}
+    ends = produce(bootstrap, source, records({f"k{i:03d}": 30 for i in range(100)}, ["k000", "k001"], seed=3),
+                   String, String)
+    app = KafkaStreams(topology(source), {**config, "state.dir": str(tmp_path / "state-a")})
+    app.start()
+    try:
+        process_all(app, bootstrap, unique_name, source, ends)
+        result = platform.materialize()
+        assert result.success, failure_message(result)
+        tail = produce(bootstrap, source, records({f"k{i:03d}": 2 for i in range(90, 120)}, ["k050"], seed=4),
+                       String, String)
+        process_all(app, bootstrap, unique_name, source, {p: max(ends[p], tail.get(p, 0)) for p in ends})
+        expected = store_contents(app)
+    finally:
+        assert app.close(30)
+    manifest, _ = platform.snapshot()
+    _, changelog_ends = platform.changelog_partition_of_keys(bootstrap)
+    tail_records = sum(changelog_ends[p] - manifest.partitions[p].next_offset for p in changelog_ends)
+    assert 0 < tail_records < sum(changelog_ends.values()) / 10
+
+    restored: dict[str, tuple[RestoreCounter, dict[str, int]]] = {}
+    for name, extra in (("snapshot", {"state.snapshot.location": str(platform.location)}), ("changelog", {})):
+        counter = RestoreCounter()
+        fresh = KafkaStreams(topology(source), {**config, "state.dir": str(tmp_path / f"state-{name}"), **extra})
+        fresh.set_global_state_restore_listener(counter)
+        fresh.start()
+        try:
+            wait_for(lambda fresh=fresh: fresh.state is State.RUNNING, 60, f"the {name} restore")
+            restored[name] = (counter, store_contents(fresh))
+        finally:
+            assert fresh.close(30)
+    with_snapshot, from_changelog = restored["snapshot"][0], restored["changelog"][0]
+    assert with_snapshot.snapshots == {manifest.snapshot_id}
+    assert with_snapshot.snapshot_keys == manifest.keys
+    assert with_snapshot.changelog_records == tail_records
+    assert from_changelog.snapshot_keys == 0 and from_changelog.changelog_records == sum(changelog_ends.values())
+    assert restored["snapshot"][1] == restored["changelog"][1] == expected

@@ -80,3 +80,20 @@ def test_archive_location_is_local_and_disorder_bounded() -> None:
         ArchiveSpec(start_date="2024-01-01", location="s3a://bucket/archive")
     with pytest.raises(ValidationError, match="less than or equal to 1440"):
         ArchiveSpec(start_date="2024-01-01", max_disorder_minutes=2000)
+
+
+def test_a_topic_can_have_its_own_disorder_bound() -> None:
+    archive = ArchiveSpec(start_date="2024-03-01", max_disorder_minutes=15)
+    assert TopicSpec(partitions=1).disorder_bound_minutes(archive) == 15
+    assert TopicSpec(partitions=1, max_disorder_minutes=240).disorder_bound_minutes(archive) == 240
+    with pytest.raises(ValidationError, match="max_disorder_minutes"):
+        TopicSpec(partitions=1, max_disorder_minutes=1441)
+
+
+def test_a_days_archive_is_final_after_the_largest_bound_of_any_topic() -> None:
+    from assets.platform_spec import load_platform_spec, repo_root
+
+    spec = load_platform_spec(repo_root() / "platform" / "platform.yaml")
+    assert spec.archive is not None
+    assert spec.archive_closing_minutes() == max(
+        spec.archive.max_disorder_minutes, *(t.max_disorder_minutes or 0 for t in spec.topics.values()))

@@ -18,7 +18,8 @@ APP, STORE = "wordcount", "word-counts"
 
 def write_data(location: Path, snapshot_id: str, rows: dict[int, list[tuple[bytes, bytes, int]]],
                files_per_partition: int = 1) -> None:
-    """Parquet as Spark's ``partitionBy("partition")`` writes it: key, value, offset per file."""
+    """Parquet as Spark's ``partitionBy("partition")`` writes it: key, value, offset, timestamp per file (the
+    timestamp is offset * 10 here)."""
     for partition, part_rows in rows.items():
         directory = location / APP / STORE / "data" / snapshot_id / f"partition={partition}"
         directory.mkdir(parents=True)
@@ -27,7 +28,8 @@ def write_data(location: Path, snapshot_id: str, rows: dict[int, list[tuple[byte
             chunk = part_rows[n * step:(n + 1) * step]
             table = pa.table({"key": pa.array([r[0] for r in chunk], pa.binary()),
                               "value": pa.array([r[1] for r in chunk], pa.binary()),
-                              "offset": pa.array([r[2] for r in chunk], pa.int64())})
+                              "offset": pa.array([r[2] for r in chunk], pa.int64()),
+                              "timestamp": pa.array([r[2] * 10 for r in chunk], pa.int64())})
             pq.write_table(table, directory / f"part-{n:05d}-c000.zstd.parquet")
         (directory / ".part-00000-c000.zstd.parquet.crc").write_bytes(b"crc")  # Hadoop's, ignored
     (location / APP / STORE / "data" / snapshot_id / "_SUCCESS").touch()
@@ -81,7 +83,7 @@ def test_write_then_find_and_read_the_latest(tmp_path: Path) -> None:
     latest = snap.latest_manifest(str(tmp_path), APP, STORE)
     assert latest is not None and latest.snapshot_id == "00000002" != first.snapshot_id
     assert (latest.previous, latest.partitions, latest.keys) == ("00000001", second.partitions, second.keys)
-    assert list(snap.read_partition(str(tmp_path), latest, 1)) == [[(b"b", b"2")]]
+    assert list(snap.read_partition(str(tmp_path), latest, 1)) == [[(b"b", b"2", 30)]]
     assert list(snap.read_partition(str(tmp_path), latest, 2)) == [], "a partition without keys"
     assert not list((tmp_path / APP / STORE / "manifests").glob(".*")), "no temporary file is left"
 
@@ -102,7 +104,7 @@ def test_read_partition_batches_many_files(tmp_path: Path) -> None:
     snap.write_manifest(str(tmp_path), m)
     batches = list(snap.read_partition(str(tmp_path), m, 3, batch_size=4_000))
     assert max(len(b) for b in batches) == 4_000
-    assert [kv for b in batches for kv in b] == [(k, v) for k, v, _ in rows]
+    assert [kv for b in batches for kv in b] == [(k, v, offset * 10) for k, v, offset in rows]
 
 
 def test_prune_keeps_the_newest_and_removes_stale_orphans(tmp_path: Path) -> None:
@@ -148,14 +150,14 @@ def test_object_store_locations(monkeypatch: pytest.MonkeyPatch) -> None:
         memory.create_dir(f"bucket/brook/snapshots/{APP}/{STORE}/data/{m.snapshot_id}/partition=0", recursive=True)
         with memory.open_output_stream(
                 f"bucket/brook/snapshots/{APP}/{STORE}/data/{m.snapshot_id}/partition=0/part-0.parquet") as out:
-            pq.write_table(pa.table({"key": [b"k"], "value": [b"v%d" % n], "offset": [4]}), out)
+            pq.write_table(pa.table({"key": [b"k"], "value": [b"v%d" % n], "offset": [4], "timestamp": [40]}), out)
         snap.make_durable(location, APP, STORE, m.snapshot_id)  # nothing to sync on an object store
         snap.write_manifest(location, m)
     assert opened and all(uri.startswith("s3://bucket/brook/snapshots") for uri in opened)
     latest = snap.latest_manifest(location, APP, STORE)
     assert latest is not None and latest.snapshot_id == "00000002"
     assert snap.data_uri(location, latest) == f"s3a://bucket/brook/snapshots/{APP}/{STORE}/data/00000002"
-    assert list(snap.read_partition(location, latest, 0)) == [[(b"k", b"v2")]]
+    assert list(snap.read_partition(location, latest, 0)) == [[(b"k", b"v2", 40)]]
     with pytest.raises(SnapshotError, match=f"cannot read manifest s3a://bucket/brook/snapshots/{APP}/{STORE}/"
                                             "manifests/00000099.json"):
         snap.read_manifest(location, APP, STORE, "00000099")
