@@ -65,15 +65,19 @@ class GlobalStateManager:
             raise
         return resume
 
-    def update(self, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> None:
-        """Apply records of ``topic`` (serialized key and value) to its store, in order."""
-        entries = [(key, value) for key, value in records if key is not None]
+    def update(self, topic: str, records: list[tuple[bytes | None, bytes | None, int]]) -> None:
+        """Apply records of ``topic`` (serialized key and value, record timestamp) to its store, in order."""
+        store = self._store_of_topic[topic]
+        if store.timestamped:
+            entries: list[Any] = [record for record in records if record[0] is not None]
+        else:
+            entries = [(key, value) for key, value, _ in records if key is not None]
         if len(entries) < len(records):
             self.skipped += len(records) - len(entries)
             log.debug("global store of topic %r: skipped %d records with a null key", topic,
                       len(records) - len(entries))
         if entries:
-            self._store_of_topic[topic].restore_batch(entries)
+            store.restore_batch(entries)
 
     def _take_checkpoint(self) -> dict[TopicPartition, int]:
         return take_checkpoint(self.directory, "global stores")

@@ -136,7 +136,7 @@ class GlobalStreamThread(threading.Thread):
                 self._apply(batch_topic, batch)  # type: ignore[arg-type]
                 batch = []
             batch_topic = topic
-            batch.append((message.key(), message.value()))
+            batch.append((message.key(), message.value(), message.timestamp()[1]))
             positions[(topic, message.partition())] = message.offset() + 1
         if batch:
             self._apply(batch_topic, batch)  # type: ignore[arg-type]

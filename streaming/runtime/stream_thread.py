@@ -112,7 +112,7 @@ class StreamThread(threading.Thread):
                 if not self.tasks.restoring:
                     self._on_state(self, "RUNNING")
             else:
-                self.tasks.update_standbys(max_records * 5)
+                self.tasks.catch_up_standbys(max_records * 5)
             messages = consume(max_records, 0 if self.tasks.restoring else poll_seconds)
             if messages:
                 self._dispatch(messages, task_of)

@@ -87,7 +87,7 @@ class TaskManager:
                 self.task_of[tp] = task
             if not self._open(task):
                 not_ready.extend(task.partitions)
-        self._update_standbys()
+        self._place_standbys()
         return not_ready
 
     def _open(self, task: StreamTask) -> bool:
@@ -110,7 +110,7 @@ class TaskManager:
         log.info("created task %s for partitions %s", task.id, task.partitions)
         return True
 
-    def _update_standbys(self) -> None:
+    def _place_standbys(self) -> None:
         """Keep a standby copy of every stateful task no stream thread of this instance runs.
 
         librdkafka offers Python no custom assignor, so standby placement cannot be negotiated in the
@@ -141,7 +141,7 @@ class TaskManager:
         for task_id in self._directory.wanted() & self.standby.keys():
             self._close_standby(task_id)
         if self._directory.version != self._standby_version:
-            self._update_standbys()
+            self._place_standbys()
 
     def _close_standby(self, task_id: str) -> None:
         standby = self.standby.pop(task_id, None)
@@ -172,7 +172,7 @@ class TaskManager:
         """Whether an active task is still restoring (or waiting to open its stores)."""
         return self._reader.active or bool(self._waiting)
 
-    def update_standbys(self, max_records: int) -> None:
+    def catch_up_standbys(self, max_records: int) -> None:
         """Apply what the standby tasks' changelogs gained (never blocks)."""
         if self._reader.has_standbys and not self._reader.active:
             self._reader.restore(max_records, 0)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from streaming.errors import StreamsError
-from streaming.state.api import KeyValueStore
+from streaming.state.api import KeyValueStore, TimestampedKeyValueStore
 
 
 class ReadOnlyKeyValueStore(KeyValueStore[Any, Any]):
@@ -31,6 +31,12 @@ class ReadOnlyKeyValueStore(KeyValueStore[Any, Any]):
 
     def get(self, key: Any) -> Any:
         return self._store.get(key)
+
+    def get_with_timestamp(self, key: Any) -> Any:
+        """The value and its timestamp (a store that keeps timestamps only)."""
+        if not isinstance(self._store, TimestampedKeyValueStore):
+            raise StreamsError(f"global store {self.name!r} keeps no timestamps")
+        return self._store.get_with_timestamp(key)
 
     def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
         return self._store.range(from_key, to_key)

@@ -122,7 +122,7 @@ class TopologyTestDriver:
 
     def _process(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any) -> None:
         if topic in self._global_topics:
-            self._global.update(topic, [(key, value)])
+            self._global.update(topic, [(key, value, timestamp)])
             return
         offset = self._offsets[topic]
         self._offsets[topic] = offset + 1

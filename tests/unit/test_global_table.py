@@ -168,7 +168,7 @@ def global_state(tmp_path: Path, store_type: str) -> GlobalStateManager:
 def test_a_clean_close_lets_a_persistent_global_store_resume_from_its_checkpoint(tmp_path: Path) -> None:
     state = global_state(tmp_path, "rocksdb")
     assert state.open() == {}
-    state.update("users", [(b"ada", b'{"r":"eu"}'), (b"bob", b'{"r":"us"}'), (b"bob", None)])
+    state.update("users", [(b"ada", b'{"r":"eu"}', 1), (b"bob", b'{"r":"us"}', 2), (b"bob", None, 3)])
     state.write_checkpoint({("users", 0): 3, ("users", 1): 0})
     state.close()
 
@@ -186,9 +186,24 @@ def test_a_clean_close_lets_a_persistent_global_store_resume_from_its_checkpoint
 def test_an_in_memory_global_store_always_rebuilds_from_the_start(tmp_path: Path) -> None:
     state = global_state(tmp_path, "in_memory")
     state.open()
-    state.update("users", [(b"ada", b"{}")])
+    state.update("users", [(b"ada", b"{}", 1)])
     state.write_checkpoint({("users", 0): 1})
     state.close()
     reopened = global_state(tmp_path, "in_memory")
     assert reopened.open() == {}
     reopened.close()
+
+
+def test_a_timestamped_global_store_keeps_the_records_timestamps() -> None:
+    """A global store may keep timestamps (Processor API): its topic's record timestamps become the values'."""
+    from streaming import Stores, Topology
+
+    builder = Stores.timestamped_key_value_store_builder(Stores.in_memory_key_value_store("prices"), String, Json)
+    topology = (Topology().add_global_store(builder, "prices", source_name="prices-source",
+                                            processor_name="prices-update")
+                .add_source("in", "orders").add_sink("out", "copy", "in"))
+    with TopologyTestDriver(topology, CONFIG) as driver:
+        driver.create_input_topic("prices", String, Json).pipe_input("p1", {"eur": 3}, timestamp=1234)
+        view = driver.get_state_store("prices")
+        assert view.get("p1") == {"eur": 3}
+        assert view.get_with_timestamp("p1") == ({"eur": 3}, 1234)
