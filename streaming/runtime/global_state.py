@@ -16,7 +16,7 @@ from typing import Any
 from streaming.config import StreamsConfig
 from streaming.runtime.state_directory import application_dir, remove_path
 from streaming.runtime.state_manager import take_checkpoint, write_checkpoint_file
-from streaming.state.keyvalue import StoreContext
+from streaming.state.bytes_store import StoreContext
 from streaming.state.readonly import ReadOnlyKeyValueStore
 from streaming.topology.topology import Topology
 

@@ -212,47 +212,14 @@ def _guarded(name: str, partition: int, store: Any, read: Callable[[], Any]) -> 
 
 def _raw_scan(name: str, partition: int, store: Any, lo: bytes | None, hi: bytes | None,
               prefix: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-    """Serialized entries of one task's store, its record cache's unflushed writes laid over them."""
-    unflushed = store.unflushed() if hasattr(store, "unflushed") else {}
-    if prefix is not None:
-        pending = sorted((k, v) for k, v in unflushed.items() if k.startswith(prefix))
-    else:
-        pending = sorted((k, v) for k, v in unflushed.items()
-                         if (lo is None or k >= lo) and (hi is None or k <= hi))
-    return _read(name, partition, store, lo, hi, prefix, pending)
-
-
-def _read(name: str, partition: int, store: Any, lo: bytes | None, hi: bytes | None, prefix: bytes | None,
-          pending: list[tuple[bytes, bytes | None]]) -> Iterator[tuple[bytes, bytes]]:
+    """Serialized entries of one task's store, its layers' pending writes included (it never flushes)."""
     try:
-        yield from overlay(store.read_raw(lo, hi, prefix), pending)
+        yield from store.read_raw(lo, hi, prefix)
     except Exception as exc:
         if store.is_open:
             raise
         raise InvalidStateStoreError(f"state store {name!r} (partition {partition}) was closed during the scan: "
                                      f"its task is migrating; retry") from exc
-
-
-def overlay(entries: Iterable[tuple[bytes, bytes]], pending: list[tuple[bytes, bytes | None]]
-            ) -> Iterator[tuple[bytes, bytes]]:
-    """Merge sorted ``entries`` with sorted ``pending`` writes; a pending key wins, a pending None deletes."""
-    index, count = 0, len(pending)
-    for key, value in entries:
-        while index < count and pending[index][0] < key:
-            pending_key, pending_value = pending[index]
-            index += 1
-            if pending_value is not None:
-                yield pending_key, pending_value
-        if index < count and pending[index][0] == key:
-            pending_value = pending[index][1]
-            index += 1
-            if pending_value is not None:
-                yield key, pending_value
-            continue
-        yield key, value
-    for pending_key, pending_value in pending[index:]:
-        if pending_value is not None:
-            yield pending_key, pending_value
 
 
 def _typed(entries: Iterator[tuple[bytes, bytes]], key_de: Callable[[bytes], Any],

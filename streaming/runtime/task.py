@@ -17,7 +17,7 @@ from streaming.runtime.record_collector import UNASSIGNED, RecordCollector
 from streaming.runtime.state_manager import ProcessorStateManager
 from streaming.state.caching import CacheBudget
 from streaming.state.changelogging import ChangeLogger
-from streaming.state.keyvalue import StoreContext
+from streaming.state.bytes_store import StoreContext
 from streaming.timestamps import is_record_time
 from streaming.topology.nodes import Emit, ProcessorNodeDef, SinkNodeDef, SourceNodeDef
 from streaming.topology.topology import Subtopology, Topology
@@ -307,17 +307,19 @@ class StreamTask:
         try:
             timestamp = extractor.extract(key, value, message.timestamp()[1], partition_time)
         except Exception as exc:
-            raise ProcessingError(f"timestamp extractor {extractor!r} failed: {exc!r}", message.topic(),
-                                  message.partition(), message.offset()) from exc
-        if not isinstance(timestamp, int) or timestamp < 0:
+            raise DeserializationError(f"task {self.id}: timestamp extractor {extractor!r} found no timestamp: "
+                                       f"{exc!r}", message.topic(), message.partition(), message.offset()) from exc
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < 0:
             raise self._invalid_timestamp(message, timestamp, extractor)
         return timestamp
 
-    def _invalid_timestamp(self, message: Any, timestamp: Any, extractor: Any = None) -> ProcessingError:
+    def _invalid_timestamp(self, message: Any, timestamp: Any, extractor: Any = None) -> DeserializationError:
+        """A record without a usable timestamp is bad input, like one its serdes cannot read (Kafka Streams'
+        FailOnInvalidTimestamp): it goes down the deserialization error path."""
         source = f"timestamp extractor {extractor!r}" if extractor is not None else "the record"
-        return ProcessingError(f"task {self.id}: {source} gave an invalid timestamp {timestamp!r} (must be a "
-                               f"non-negative int of epoch ms; set a timestamp_extractor for such topics)",
-                               message.topic(), message.partition(), message.offset())
+        return DeserializationError(f"task {self.id}: {source} gave an invalid timestamp {timestamp!r} (must be "
+                                    f"a non-negative int of epoch ms; set a timestamp_extractor for such topics)",
+                                    message.topic(), message.partition(), message.offset())
 
     def _deserialization_error(self, message: Any, exc: Exception) -> DeserializationError:
         source = self._sources[message.topic()]

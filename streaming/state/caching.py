@@ -1,9 +1,18 @@
-"""The record cache of a store: a write-back cache that collapses updates per key until a flush."""
+"""The record cache of a store: a write-back layer that collapses updates per key until a flush.
+
+``CachingBytesStore`` sits on top of a store's other layers (Kafka Streams' CachingKeyValueStore):
+writes collect in a record cache, one entry per key with the timestamp and headers of its latest
+write, until the commit flushes them or the thread's ``statestore.cache.max.bytes`` budget evicts the
+oldest. Then each key's latest value is written once to the layers below and handed to the flush
+listener, so consecutive updates of a key reach downstream as one record per commit.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+from streaming.state.bytes_store import BytesStore, Write
 
 # Rough per-entry overhead of a Python dict entry and its tuple, counted against the budget.
 ENTRY_OVERHEAD = 120
@@ -79,3 +88,89 @@ class StoreCache:
 
     def __len__(self) -> int:
         return len(self.entries)
+
+
+# listener(key, new, old, timestamp, headers) with serialized key and values: a flushed (collapsed) update.
+RawFlushListener = Callable[[bytes, bytes | None, bytes | None, int, Any], None]
+
+
+class CachingBytesStore:
+    """The record cache over ``wrapped`` (see the module doc). Reads see the cache first.
+
+    On a flush or an eviction the entries are written through to ``wrapped`` and handed to
+    ``listener`` (if set) as ``(key, new, old, timestamp, headers)``; ``old`` is the value ``wrapped``
+    held before (read only when ``send_old_values``, and for deletes: a key put and deleted between two
+    flushes, never written through, is not reported).
+    """
+
+    def __init__(self, wrapped: BytesStore, budget: CacheBudget) -> None:
+        self.wrapped = wrapped
+        self.name = wrapped.name
+        self.cache = StoreCache(budget, self._write_through)
+        self.listener: RawFlushListener | None = None
+        self.send_old_values = False
+
+    @property
+    def persistent(self) -> bool:
+        return self.wrapped.persistent
+
+    @property
+    def is_open(self) -> bool:
+        return self.wrapped.is_open
+
+    def open(self, directory: str | None) -> None:
+        self.wrapped.open(directory)
+
+    def get(self, key: bytes) -> bytes | None:
+        entry = self.cache.entries.get(key)
+        if entry is not None:
+            return entry[0]
+        return self.wrapped.get(key)
+
+    def put(self, key: bytes, value: bytes | None, timestamp: int = 0, headers: Any = None) -> None:
+        self.cache.put(key, value, timestamp, headers)
+
+    def put_all(self, writes: list[Write]) -> None:
+        put = self.cache.put
+        for key, value, timestamp, headers in writes:
+            put(key, value, timestamp, headers)
+
+    def _write_through(self, entries: list[tuple[bytes, Entry]]) -> None:
+        listener = self.listener
+        olds: list[bytes | None] = []
+        if listener is not None:
+            get, send_old = self.wrapped.get, self.send_old_values
+            olds = [get(key) if send_old or value is None else None for key, (value, _, _) in entries]
+        self.wrapped.put_all([(key, value, timestamp, headers) for key, (value, timestamp, headers) in entries])
+        if listener is None:
+            return
+        send_old = self.send_old_values
+        for (key, (value, timestamp, headers)), old in zip(entries, olds, strict=True):
+            if value is None and old is None:
+                continue
+            listener(key, value, old if send_old else None, timestamp, headers)
+
+    def write_batch(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        self.wrapped.write_batch(entries)
+
+    def range(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        return self.wrapped.range(lo, hi)
+
+    def prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return self.wrapped.prefix(prefix)
+
+    def pending(self) -> dict[bytes, bytes | None]:
+        """The layers' pending writes, the cache's over the others' (copied: safe from other threads)."""
+        pending = self.wrapped.pending()
+        pending.update({key: entry[0] for key, entry in self.cache.entries.copy().items()})
+        return pending
+
+    def approximate_num_entries(self) -> int:
+        return self.wrapped.approximate_num_entries() + len(self.cache)
+
+    def flush(self) -> None:
+        self.cache.flush(self._write_through)
+        self.wrapped.flush()
+
+    def close(self) -> None:
+        self.wrapped.close()

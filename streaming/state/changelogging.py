@@ -1,17 +1,26 @@
-"""Change logging: every write to a logged store also goes to its changelog topic."""
+"""Change logging: the layer that writes a store's changes to its changelog topic.
+
+The changelog is the store's durable log: a restore replays it, standby replicas tail it, the
+platform compacts it into snapshots. The layer logs write-behind: it keeps the latest write of each
+key and logs them when the store is flushed (every commit, before the producer is flushed and the
+input offsets committed) or when ``max_dirty`` keys wait. A changelog record per key per commit
+restores the same state as one per update, and a commit never covers a change that is not logged.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
+
+from streaming.state.bytes_store import BytesStore, Write
 
 
 class ChangeLogger:
     """Sends ``(key, value)`` to partition ``partition`` of the changelog (the task's partition).
 
-    The record's timestamp is the write's: the timestamp of the record that made it, or for a cached
-    store the cache entry's (for timestamped stores, the value's timestamp, which a restore reads back).
-    The record collector batches the sends; the commit flushes the producer before committing input
-    offsets, so a write always reaches the changelog before the commit that covers it.
+    The record's timestamp is the write's: the timestamp of the record that made it (for timestamped
+    stores, the value's timestamp, which a restore reads back). The record collector batches the sends;
+    the commit flushes the producer before committing input offsets.
     """
 
     __slots__ = ("topic", "partition", "_send")
@@ -23,3 +32,76 @@ class ChangeLogger:
 
     def log(self, key: bytes, value: bytes | None, timestamp: int) -> None:
         self._send(self.topic, key, value, timestamp if timestamp >= 0 else 0, None, self.partition)
+
+
+class ChangeLoggingBytesStore:
+    """Logs the writes to ``wrapped`` to the changelog (see the module doc for when).
+
+    ``timestamped``: the values carry an 8-byte timestamp prefix (a timestamped store); the changelog
+    gets the plain value, the timestamp being the record's, as Kafka Streams writes it.
+    """
+
+    def __init__(self, wrapped: BytesStore, logger: ChangeLogger, timestamped: bool, max_dirty: int = 10_000) -> None:
+        self.wrapped = wrapped
+        self.name = wrapped.name
+        self.logger = logger
+        self._timestamped = timestamped
+        self._dirty: dict[bytes, tuple[bytes | None, int]] = {}
+        self._max_dirty = max_dirty
+
+    @property
+    def persistent(self) -> bool:
+        return self.wrapped.persistent
+
+    @property
+    def is_open(self) -> bool:
+        return self.wrapped.is_open
+
+    def open(self, directory: str | None) -> None:
+        self.wrapped.open(directory)
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.wrapped.get(key)
+
+    def put(self, key: bytes, value: bytes | None, timestamp: int = 0, headers: Any = None) -> None:
+        self.wrapped.put(key, value, timestamp, headers)
+        dirty = self._dirty
+        dirty[key] = (value, timestamp)
+        if len(dirty) > self._max_dirty:
+            self._log_dirty()
+
+    def put_all(self, writes: list[Write]) -> None:
+        self.wrapped.put_all(writes)
+        dirty = self._dirty
+        for key, value, timestamp, _ in writes:
+            dirty[key] = (value, timestamp)
+        if len(dirty) > self._max_dirty:
+            self._log_dirty()
+
+    def _log_dirty(self) -> None:
+        log, strip = self.logger.log, self._timestamped
+        for key, (value, timestamp) in self._dirty.items():
+            log(key, value[8:] if strip and value is not None else value, timestamp)
+        self._dirty.clear()
+
+    def write_batch(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        self.wrapped.write_batch(entries)
+
+    def range(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        return self.wrapped.range(lo, hi)
+
+    def prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return self.wrapped.prefix(prefix)
+
+    def pending(self) -> dict[bytes, bytes | None]:
+        return self.wrapped.pending()
+
+    def approximate_num_entries(self) -> int:
+        return self.wrapped.approximate_num_entries()
+
+    def flush(self) -> None:
+        self._log_dirty()
+        self.wrapped.flush()
+
+    def close(self) -> None:
+        self.wrapped.close()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
+from typing import Any
+
+from streaming.state.bytes_store import Write
 
 
 class InMemoryBytesStore:
@@ -29,26 +32,32 @@ class InMemoryBytesStore:
     def get(self, key: bytes) -> bytes | None:
         return self._data.get(key)
 
-    def put(self, key: bytes, value: bytes) -> None:
+    def put(self, key: bytes, value: bytes | None, timestamp: int = 0, headers: Any = None) -> None:
+        """Store ``value`` (None deletes the key); the timestamp and headers are the layers' business."""
         data = self._data
+        if value is None:
+            if data.pop(key, None) is not None:
+                self._version += 1
+            return
         added = key not in data
         data[key] = value
         if added:
             self._version += 1
 
-    def delete(self, key: bytes) -> bytes | None:
-        old = self._data.pop(key, None)
-        if old is not None:
-            self._version += 1
-        return old
+    def put_all(self, writes: list[Write]) -> None:
+        put = self.put
+        for key, value, _, _ in writes:
+            put(key, value)
 
     def write_batch(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
         """Apply puts (and deletes, for ``None`` values)."""
+        put = self.put
         for key, value in entries:
-            if value is None:
-                self.delete(key)
-            else:
-                self.put(key, value)
+            put(key, value)
+
+    def pending(self) -> dict[bytes, bytes | None]:
+        """Nothing is pending: every write is in the dict at once."""
+        return {}
 
     def _keys(self) -> list[bytes]:
         version = self._version  # read before sorting: a list is never labelled newer than its keys

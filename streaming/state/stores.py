@@ -7,7 +7,8 @@ from typing import Any
 
 from streaming.naming import check_store_name
 from streaming.serdes import Serde
-from streaming.state.keyvalue import BytesStore, TimestampedTypedKeyValueStore, TypedKeyValueStore
+from streaming.state.bytes_store import BytesStore
+from streaming.state.keyvalue import TimestampedTypedKeyValueStore, TypedKeyValueStore
 from streaming.state.memory import InMemoryBytesStore
 from streaming.state.rocksdb import RocksDBBytesStore
 

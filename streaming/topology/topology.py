@@ -11,7 +11,7 @@ from streaming.errors import TopologyError
 from streaming.naming import check_store_name
 from streaming.serdes import Serde
 from streaming.state.stores import StoreBuilder
-from streaming.timestamps import TimestampExtractor
+from streaming.timestamps import TimestampExtractor, resolve_extractor
 from streaming.topology.description import GlobalStoreDescription, SubtopologyDescription, TopologyDescription
 from streaming.topology.nodes import (
     GlobalStoreDef,
@@ -60,7 +60,7 @@ class Topology:
 
     # -- building -------------------------------------------------------------------------------------
     def add_source(self, name: str, *topics: str, key_serde: Serde[Any] | None = None,
-                   value_serde: Serde[Any] | None = None, timestamp_extractor: TimestampExtractor | None = None,
+                   value_serde: Serde[Any] | None = None, timestamp_extractor: TimestampExtractor | Any = None,
                    offset_reset: str | None = None, internal: bool = False) -> Topology:
         """A source node reading ``topics`` (serdes default to the config's default serdes).
 
@@ -79,8 +79,14 @@ class Topology:
                 raise TopologyError(f"topic {topic!r} is already read by source {self._topic_sources[topic]!r}; "
                                     f"a topic can be read by one source node only")
             self._check_not_global(topic)
+        extractor = None
+        if timestamp_extractor is not None:
+            try:
+                extractor = resolve_extractor(timestamp_extractor)
+            except (ValueError, ImportError, AttributeError) as exc:
+                raise TopologyError(f"source {name!r}: {exc}") from None
         self._add(SourceNodeDef(name, topics=list(topics), key_serde=key_serde, value_serde=value_serde,
-                                timestamp_extractor=timestamp_extractor, offset_reset=offset_reset), ())
+                                timestamp_extractor=extractor, offset_reset=offset_reset), ())
         for topic in topics:
             self._topic_sources[topic] = name
             if internal:

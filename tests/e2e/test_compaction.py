@@ -260,12 +260,16 @@ def test_a_fresh_instance_restores_the_snapshot_then_only_the_tail(
     create_topics(bootstrap, {source: PARTITIONS})
     platform = Platform(bootstrap, unique_name, source, tmp_path / "snapshots", spark)
     config = {"application.id": unique_name, "bootstrap.servers": bootstrap, "commit.interval.ms": 200}
-    ends = produce(bootstrap, source, records({f"k{i:03d}": 30 for i in range(100)}, ["k000", "k001"], seed=3),
-                   String, String)
     app = KafkaStreams(topology(source), {**config, "state.dir": str(tmp_path / "state-a")})
     app.start()
     try:
-        process_all(app, bootstrap, unique_name, source, ends)
+        # Twelve rounds, each committed: a changelog of about a record per key per round (the changelog
+        # holds each key's latest value per commit), of which the snapshot keeps one per key.
+        for round_ in range(12):
+            ends = produce(bootstrap, source, records({f"k{i:03d}": 3 for i in range(100)},
+                                                      ["k000", "k001"] if round_ == 11 else [], seed=round_), String,
+                           String)
+            process_all(app, bootstrap, unique_name, source, ends)
         result = platform.materialize()
         assert result.success, failure_message(result)
         tail = produce(bootstrap, source, records({f"k{i:03d}": 2 for i in range(90, 120)}, ["k050"], seed=4),

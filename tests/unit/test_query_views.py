@@ -20,7 +20,8 @@ from streaming.config import StreamsConfig
 from streaming.errors import InvalidStateStoreError, StreamsError, UnknownStateStoreError
 from streaming.processor import Processor, Record
 from streaming.runtime.http_server import InteractiveQueryServer, jsonable, key_from_text
-from streaming.runtime.interactive_queries import InteractiveQueries, KeyQueryMetadata, overlay
+from streaming.runtime.interactive_queries import InteractiveQueries, KeyQueryMetadata
+from streaming.state.bytes_store import overlay
 from streaming.runtime.partitioning import partition_for_key
 from streaming.runtime.query_metadata import (
     Assignment,
@@ -30,7 +31,7 @@ from streaming.runtime.query_metadata import (
 )
 from streaming.serdes import Serde
 from streaming.state.caching import CacheBudget
-from streaming.state.keyvalue import StoreContext
+from streaming.state.bytes_store import StoreContext
 from streaming.state.memory import InMemoryBytesStore
 
 PARTITIONS = 3
@@ -145,7 +146,7 @@ def test_reads_see_unflushed_cache_writes_without_flushing() -> None:
     for key in ("a", "b", "c", "d"):
         harness.put(key, 1)
     for task in harness.tasks:
-        task.stores[STORE].flush_cache()
+        task.stores[STORE].flush()
     harness.put("b", 2)  # unflushed update
     harness.put("c", None)  # unflushed delete
     harness.put("e", 5)  # unflushed insert
@@ -210,7 +211,7 @@ def test_in_memory_scan_never_trusts_a_key_list_sorted_before_an_insert() -> Non
     store.put(b"b", b"2")  # ...the stream thread inserted...
     store._sorted = sorted_by_a_reader  # ...and the reader's cache write landed late
     assert [k for k, _ in store.range(None, None)] == [b"a", b"b"]
-    assert store.delete(b"a") == b"1"
+    store.put(b"a", None)  # a delete
     assert [k for k, _ in store.prefix(b"")] == [b"b"]
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from streaming.runtime.snapshots import NoSnapshots, Snapshot, seed_from_snapshots
 from streaming.serdes import Serdes
-from streaming.state.keyvalue import StoreContext, TimestampedTypedKeyValueStore, TypedKeyValueStore
+from streaming.state.bytes_store import StoreContext
+from streaming.state.keyvalue import TimestampedTypedKeyValueStore, TypedKeyValueStore
 from streaming.state.memory import InMemoryBytesStore
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from streaming import KeyValueStore, Serdes, Stores
-from streaming.state.keyvalue import StoreContext
+from streaming.state.bytes_store import StoreContext
 
 
 def open_store(key_serde: Any = None, value_serde: Any = None, name: str = "kv") -> KeyValueStore:

@@ -235,14 +235,14 @@ def test_negative_extracted_timestamp_is_an_error() -> None:
     with TopologyTestDriver(probe_topology(FieldTimestampExtractor("ts")), CONFIG) as driver:
         inp = driver.create_input_topic("in")
         inp.pipe_input("k", {"ts": 10}, timestamp=1)
-        with pytest.raises(ProcessingError, match="invalid timestamp -5") as info:
+        with pytest.raises(DeserializationError, match="invalid timestamp -5") as info:
             inp.pipe_input("k", {"ts": -5}, timestamp=1)
         assert (info.value.topic, info.value.offset) == ("in", 1)
 
 
 def test_missing_timestamp_field_is_an_error() -> None:
     with TopologyTestDriver(probe_topology(FieldTimestampExtractor("ts")), CONFIG) as driver:
-        with pytest.raises(ProcessingError, match="no integer timestamp field 'ts'") as info:
+        with pytest.raises(DeserializationError, match="no integer timestamp field 'ts'") as info:
             driver.create_input_topic("in").pipe_input("k", {"other": 1}, timestamp=1)
         assert info.value.offset == 0
 
@@ -268,8 +268,17 @@ def test_negative_record_timestamp_is_an_error() -> None:
     builder = StreamsBuilder()
     builder.stream("in").to("out")
     with TopologyTestDriver(builder.build(), CONFIG) as driver:
-        with pytest.raises(ProcessingError, match="invalid timestamp"):
+        with pytest.raises(DeserializationError, match="invalid timestamp") as info:
             driver.create_input_topic("in").pipe_input("k", 1, timestamp=-1)
+        assert (info.value.topic, info.value.partition, info.value.offset) == ("in", 0, 0)
+
+
+def test_a_function_is_a_timestamp_extractor() -> None:
+    builder = StreamsBuilder()
+    builder.stream("in", timestamp_extractor=lambda key, value, record_ts, partition_time: value["at"] * 1000).to("out")
+    with TopologyTestDriver(builder.build(), CONFIG) as driver:
+        driver.create_input_topic("in").pipe_input("k", {"at": 7}, timestamp=1)
+        assert driver.create_output_topic("out").read_record().timestamp == 7000
 
 
 # -- output helpers ------------------------------------------------------------------------------------------
