@@ -18,7 +18,9 @@ import typer
 
 from streaming.broker import DEFAULT_WORKDIR, BrokerError, EmbeddedBroker
 
-app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, 
+app = typer.Typer(
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
     help="Start, stop and inspect the embedded Kafka-protocol broker (Tansu, memory storage).",
     no_args_is_help=True,
 )

@@ -1,4 +1,5 @@
-"""The ``brook`` command line: ``brook broker ...`` and ``brook worker ...``.
+"""The ``brook`` command line: ``brook broker ...``, ``brook worker ...``, and the data commands ``brook topics
+...``, ``brook produce``, ``brook consume`` and ``brook status``.
 
 A failure prints one line, ``error: <what, where, what to check>``, and exits non-zero; the traceback
 only with ``--debug`` or ``BROOK_DEBUG=1``.
@@ -15,9 +16,14 @@ from typing import Annotated
 import typer
 
 from streaming.cli.broker import app as broker_app
+from streaming.cli.data import consume, produce
+from streaming.cli.status import status
+from streaming.cli.topics import app as topics_app
 from streaming.cli.worker import app as worker_app
 
-app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, 
+app = typer.Typer(
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
     name="brook",
     help="Brook: the Kafka Streams model in Python, operated from Dagster.",
     no_args_is_help=True,
@@ -25,6 +31,10 @@ app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False,
 )
 app.add_typer(broker_app, name="broker")
 app.add_typer(worker_app, name="worker")
+app.add_typer(topics_app, name="topics")
+app.command()(produce)
+app.command()(consume)
+app.command()(status)
 
 
 def _version(value: bool) -> None:

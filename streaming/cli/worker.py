@@ -27,7 +27,8 @@ from streaming.config_sources import environment_config
 from streaming.errors import StreamsError
 from streaming.topology import Topology
 
-app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, help="Run stream workers.", no_args_is_help=True)
+app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, help="Run stream workers.",
+                  no_args_is_help=True)
 log = logging.getLogger("brook.worker")
 
 
