@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from streaming.dsl.ktable import KTable
 from streaming.dsl.materialized import Materialized, as_materialized
-from streaming.dsl.window_aggregate import SessionWindowAggregate, TimeWindowAggregate
+from streaming.dsl.window_aggregate import SessionWindowAggregate, SlidingWindowAggregate, TimeWindowAggregate
 from streaming.errors import TopologyError
 from streaming.serdes import Serde, Serdes
 from streaming.state.stores import StoreBuilder, Stores
@@ -137,6 +137,28 @@ class TimeWindowedKStream(_WindowedKStream):
                   materialized: MaterializedSpec = None, name: str | None = None) -> KTable:
         """``aggregator(key, value, aggregate)`` per key and window, from ``initializer()``."""
         return self._build("AGGREGATE", lambda store, late: TimeWindowAggregate(
+            store, self.windows, "aggregate", initializer, aggregator, late_sink=late), materialized, None, name)
+
+
+class SlidingWindowedKStream(TimeWindowedKStream):
+    """A grouped stream windowed by ``SlidingWindows``: aggregations return a KTable keyed by
+    ``Windowed(key, Window(start, end))`` (both ends inclusive, ``end - start == max_difference``) over a
+    window store kept for ``2 * max_difference + grace`` (a record reads back that far); see
+    :class:`~streaming.dsl.window_aggregate.SlidingWindowAggregate`."""
+
+    def count(self, materialized: MaterializedSpec = None, name: str | None = None) -> KTable:
+        return self._build("AGGREGATE", lambda store, late: SlidingWindowAggregate(
+            store, self.windows, "count", None, None, late_sink=late), materialized, Serdes.Long(), name)
+
+    def reduce(self, reducer: Callable[[Any, Any], Any], materialized: MaterializedSpec = None,
+               name: str | None = None) -> KTable:
+        return self._build("REDUCE", lambda store, late: SlidingWindowAggregate(
+            store, self.windows, "reduce", None, reducer, late_sink=late), materialized, self._grouped.value_serde,
+            name)
+
+    def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
+                  materialized: MaterializedSpec = None, name: str | None = None) -> KTable:
+        return self._build("AGGREGATE", lambda store, late: SlidingWindowAggregate(
             store, self.windows, "aggregate", initializer, aggregator, late_sink=late), materialized, None, name)
 
 

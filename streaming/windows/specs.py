@@ -111,7 +111,8 @@ class SlidingWindows:
         return self.time_difference_ms
 
     def retention_ms(self) -> int:
-        return self.time_difference_ms + self.grace_ms
+        """A record reads windows back ``2 * max_difference``: kept that long plus grace."""
+        return 2 * self.time_difference_ms + self.grace_ms
 
 
 @dataclass(frozen=True)
