@@ -6,8 +6,12 @@
 - ``Suppressed.until_time_limit(time_to_wait, buffer_config)``: forward a key's latest value once stream
   time is ``time_to_wait`` past the timestamp of the key's first held update (rate limiting).
 
-Stream time is the task's (its highest record timestamp); like Kafka Streams, the buffer is checked
-when an update reaches it, so a final result leaves when a later update comes through.
+Time here is the suppression's own stream time, as in Kafka Streams: the highest timestamp of the
+updates that reached it (an aggregate's timestamp is its window's highest record timestamp). Not the
+task's: with a record cache upstream, a window's last update may still sit in the cache while the task's
+stream time has already passed the window's close, and only the updates' own timestamps say what has
+arrived. The buffer is checked when an update reaches it, so a final result leaves when a later update
+comes through (after a restart, from the first update on).
 
 The buffer is a store with a changelog (``<application.id>-<store>-changelog``, the store named
 ``<name>-store`` when ``Suppressed.with_name(name)`` is given): an update is held in the store and a
@@ -154,6 +158,7 @@ class SuppressOperator:
         held: dict[bytes, tuple[int, int, bytes]] = {}
         queue: list[tuple[int, bytes]] = []
         size = [0]
+        observed = [-1]  # the highest update timestamp seen: this node's stream time
         for raw, data in store.all():  # what the changelog restored
             buffer_time, timestamp = _TIMES.unpack_from(data)
             held[raw] = (buffer_time, timestamp, data)
@@ -199,7 +204,9 @@ class SuppressOperator:
             store.put(raw, data)
             if previous is None:
                 heapq.heappush(queue, (buffer_time, raw))
-            expiry = context.current_stream_time_ms - delay
+            if timestamp > observed[0]:
+                observed[0] = timestamp
+            expiry = observed[0] - delay
             while queue and queue[0][0] <= expiry:
                 evict_one()
             if full():
