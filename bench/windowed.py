@@ -40,8 +40,8 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from bench import common as C  # noqa: E402
-from bench import stateless  # noqa: E402
+from bench import common as C
+from bench import stateless
 
 NAME = "windowed"
 PARTITIONS = 4

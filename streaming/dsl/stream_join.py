@@ -84,7 +84,7 @@ class StreamJoinSide:
         self.left_value_serde, self.right_value_serde = left_value_serde, right_value_serde
         self.trackers = trackers  # per task id, shared with the other side's node
 
-    def compile(self, children: dict[str, Emit], context: Any) -> Emit:  # noqa: C901 - one processor, kept whole
+    def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         downstream = fan_out(list(children.values()))
         this_window = context.get_state_store(self.this_store)
         other_window = context.get_state_store(self.other_store)
@@ -142,8 +142,7 @@ class StreamJoinSide:
                 outer_store.delete(raw)
 
         def stream_join(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            if timestamp > tracker.stream_time:
-                tracker.stream_time = timestamp
+            tracker.stream_time = max(tracker.stream_time, timestamp)
             if key is None or value is None:
                 if outer and key is None and value is not None:
                     result = join(None, value, None) if is_left else join(None, None, value)

@@ -204,8 +204,7 @@ class SuppressOperator:
             store.put(raw, data)
             if previous is None:
                 heapq.heappush(queue, (buffer_time, raw))
-            if timestamp > observed[0]:
-                observed[0] = timestamp
+            observed[0] = max(observed[0], timestamp)
             expiry = observed[0] - delay
             while queue and queue[0][0] <= expiry:
                 evict_one()

@@ -198,7 +198,7 @@ class SlidingWindowAggregate(_WindowedOperator):
     def close_delay_ms(self) -> int:
         return self.windows.grace_ms
 
-    def compile(self, children: dict[str, Emit], context: Any) -> Emit:  # noqa: C901 - one algorithm, kept whole
+    def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         store, downstream, late, cached = self._connect(children, context)
         fetch, put, drop = store.fetch_timestamped, store.put_with_timestamp, context.record_dropped
         step, send_old = self.step, self.send_old_values

@@ -44,8 +44,8 @@ from streaming.runtime.query_metadata import (
     HostAnnouncement,
     create_metadata_topic,
 )
-from streaming.serdes import Serde
 from streaming.runtime.window_queries import ReadOnlySessionStoreView, ReadOnlyWindowStoreView
+from streaming.serdes import Serde
 from streaming.state.stores import KeyValueStoreBuilder
 from streaming.state.windowed_builders import SessionStoreBuilder, WindowStoreBuilder
 from streaming.topology.topology import Subtopology, Topology
