@@ -156,7 +156,7 @@ class StreamJoinSide:
             time_from, time_to = max(0, timestamp - before), max(0, timestamp + after)
             matched = False
             raw_key = None
-            for other_timestamp, other in list(other_window.fetch_timestamped(key, time_from, time_to)):
+            for other_timestamp, other in list(other_window.fetch_timestamped(key, time_from, time_to, True)):
                 matched = True
                 if outer_store is not None:
                     raw_key = raw_key or kser(key)

@@ -152,7 +152,7 @@ class SessionWindowAggregate(_WindowedOperator):
                 return
             close = context.current_stream_time_ms - delay
             start = end = timestamp
-            merged = list(find(key, timestamp - gap, timestamp + gap))
+            merged = list(find(key, timestamp - gap, timestamp + gap, True))
             aggregate = merge_start() if merge_start is not None and merged else None
             for session, session_aggregate in merged:
                 aggregate = session_aggregate if aggregate is None else merger(key, aggregate, session_aggregate)
@@ -232,7 +232,7 @@ class SlidingWindowAggregate(_WindowedOperator):
             right_created = False
             starts = set()
             complete = True
-            for start, found in list(fetch(key, 0, timestamp + 1)):
+            for start, found in list(fetch(key, 0, timestamp + 1, True)):
                 starts.add(start)
                 if start == 0:
                     combined = found
@@ -273,7 +273,7 @@ class SlidingWindowAggregate(_WindowedOperator):
             left_created = right_created = False
             starts = set()
             complete = True
-            for start, found in list(fetch(key, max(0, timestamp - 2 * diff), timestamp + 1)):
+            for start, found in list(fetch(key, max(0, timestamp - 2 * diff), timestamp + 1, True)):
                 starts.add(start)
                 end = start + diff
                 if end < timestamp:

@@ -53,16 +53,15 @@ class TypedSessionStore(LayeredStore):
     def _value_of(self, data: bytes | None) -> Any:
         return None if data is None else self._vde(data)
 
-    def _store_key(self, session: Windowed) -> bytes:
-        key, window = session
-        return self._key(key) + _END_START.pack(window[1], window[0])
-
     # -- writes ---------------------------------------------------------------------------------------------------
     def put(self, session: Windowed, aggregate: Any, headers: Any = None) -> None:
         """Store ``aggregate`` for ``session`` (None removes it); the changelog record's timestamp is the
         session end."""
         end = session[1][1]
-        self._store.put(self._store_key(session), None if aggregate is None else self._vser(aggregate), end, headers)
+        raw = self._key(session[0])
+        store_key = raw + _END_START.pack(end, session[1][0])
+        self._track(raw, store_key)
+        self._store.put(store_key, None if aggregate is None else self._vser(aggregate), end, headers)
 
     def remove(self, session: Windowed) -> None:
         self.put(session, None)
@@ -72,13 +71,14 @@ class TypedSessionStore(LayeredStore):
         """The aggregate of ``key``'s session ``[session_start, session_end]``, or None."""
         return self._value_of(self._store.get(self._key(key) + _END_START.pack(session_end, session_start)))
 
-    def find_sessions(self, key: Any, earliest_session_end: int, latest_session_start: int
+    def find_sessions(self, key: Any, earliest_session_end: int, latest_session_start: int, owner: bool = False
                       ) -> Iterator[tuple[Windowed, Any]]:
         """``key``'s sessions that end at or after ``earliest_session_end`` and start at or before
         ``latest_session_start`` (the sessions a record at ``t`` may touch: ``t - gap``, ``t + gap``),
-        by end time."""
+        by end time. ``owner=True``: called by the stream thread that owns the store (see
+        :meth:`~streaming.state.window.LayeredStore.owned_scan`)."""
         raw = self._key(key)
-        return self._sessions(raw, raw, earliest_session_end, latest_session_start)
+        return self._sessions(raw, raw, earliest_session_end, latest_session_start, owner)
 
     def find_sessions_range(self, key_from: Any, key_to: Any, earliest_session_end: int,
                             latest_session_start: int) -> Iterator[tuple[Windowed, Any]]:
@@ -94,13 +94,15 @@ class TypedSessionStore(LayeredStore):
     def all(self) -> Iterator[tuple[Windowed, Any]]:
         return self._sessions(None, None, 0, _MAX_TIME)
 
-    def _sessions(self, lo_key: bytes | None, hi_key: bytes | None, earliest_end: int, latest_start: int
-                  ) -> Iterator[tuple[Windowed, Any]]:
+    def _sessions(self, lo_key: bytes | None, hi_key: bytes | None, earliest_end: int, latest_start: int,
+                  owner: bool = False) -> Iterator[tuple[Windowed, Any]]:
         lo = None if lo_key is None else lo_key + _END_START.pack(max(earliest_end, 0), 0)
         hi = None if hi_key is None else hi_key + _END_START.pack(_MAX_TIME, _MAX_TIME)
         windowed, value, unpack = self._windowed, self._value_of, _END_START.unpack_from
         exact = lo_key is not None and lo_key == hi_key
-        for raw, data in self.read_raw(lo, hi):
+        entries = self.owned_scan(lo_key, lo, hi) if owner and exact and lo is not None and hi is not None \
+            else self.read_raw(lo, hi)
+        for raw, data in entries:
             key_bytes = raw[:-_SUFFIX]
             if exact:
                 if key_bytes != lo_key:

@@ -61,6 +61,10 @@ class LayeredStore(StateStore):
         self._logging: ChangeLoggingBytesStore | None = None
         self._caching: CachingBytesStore | None = None
         self._timestamp: Callable[[], int] = lambda: -1
+        # Keys written since the last flush, by the record key's bytes: what the layers may still hold
+        # unflushed. The stream thread's own keyed scans read these few back instead of copying every
+        # layer's pending writes (see owned_scan).
+        self._written: dict[bytes, set[bytes]] = {}
 
     def init(self, context: StoreContext) -> None:
         key_serde = self._key_serde or context.default_key_serde
@@ -99,6 +103,30 @@ class LayeredStore(StateStore):
         flushes, so other threads (interactive queries) may call it."""
         return scan(self._store, lo, hi)
 
+    def owned_scan(self, raw_key: bytes, lo: bytes, hi: bytes) -> list[tuple[bytes, bytes]]:
+        """Entries with keys in ``[lo, hi]``, all of record key ``raw_key``, for the stream thread that owns
+        the store only: the inner store's scan with this key's writes since the last flush read back
+        through the layers. Costs the writes of one key, not every pending write of the store."""
+        found = dict(self.inner.range(lo, hi))
+        written = self._written.get(raw_key)
+        if written:
+            get = self._store.get
+            for store_key in written:
+                if lo <= store_key <= hi:
+                    value = get(store_key)
+                    if value is None:
+                        found.pop(store_key, None)
+                    else:
+                        found[store_key] = value
+        return sorted(found.items())
+
+    def _track(self, raw_key: bytes, store_key: bytes) -> None:
+        written = self._written.get(raw_key)
+        if written is None:
+            self._written[raw_key] = {store_key}
+        else:
+            written.add(store_key)
+
     def restore_batch(self, entries: list[Any]) -> None:
         """Apply changelog records to the inner store directly: ``(key, value)``, or ``(key, value,
         record timestamp)`` for timestamped stores."""
@@ -111,9 +139,11 @@ class LayeredStore(StateStore):
 
     def flush(self) -> None:
         self._store.flush()
+        self._written.clear()
 
     def close(self) -> None:
         self._store.close()
+        self._written.clear()
 
 
 def _unset(data: Any) -> Any:
@@ -151,12 +181,6 @@ class TimestampedTypedWindowStore(LayeredStore):
         caching.send_old_values = send_old_values
         return True
 
-    def _store_key(self, key: Any, window_start: int) -> bytes:
-        seq = 0
-        if self.retain_duplicates:
-            self._seq = seq = (self._seq + 1) & 0x7FFFFFFF
-        return self._key(key) + _START_SEQ.pack(window_start, seq)
-
     def _windowed(self, raw: bytes) -> Windowed:
         start = _LONG.unpack_from(raw, len(raw) - _SUFFIX)[0]
         return Windowed(self._kde(raw[:-_SUFFIX]), Window(start, start + self.window_size_ms))
@@ -173,8 +197,14 @@ class TimestampedTypedWindowStore(LayeredStore):
     def put_with_timestamp(self, key: Any, value: Any, timestamp: int, window_start: int, headers: Any = None) -> None:
         if value is None and self.retain_duplicates:
             return
-        self._store.put(self._store_key(key, window_start),
-                        None if value is None else _LONG.pack(timestamp) + self._vser(value), timestamp, headers)
+        raw = self._key(key)
+        seq = 0
+        if self.retain_duplicates:
+            self._seq = seq = (self._seq + 1) & 0x7FFFFFFF
+        store_key = raw + _START_SEQ.pack(window_start, seq)
+        self._track(raw, store_key)
+        self._store.put(store_key, None if value is None else _LONG.pack(timestamp) + self._vser(value), timestamp,
+                        headers)
 
     # -- reads ----------------------------------------------------------------------------------------------------
     def fetch_with_timestamp(self, key: Any, window_start: int) -> ValueAndTimestamp | None:
@@ -190,14 +220,18 @@ class TimestampedTypedWindowStore(LayeredStore):
             return None if found is None else found.value
         return ((start, value.value) for start, value in self.fetch_timestamped(key, time_from, time_to))
 
-    def fetch_timestamped(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, ValueAndTimestamp]]:
-        """``(window_start, ValueAndTimestamp)`` for ``key``'s windows starting in ``[time_from, time_to]``."""
+    def fetch_timestamped(self, key: Any, time_from: int, time_to: int, owner: bool = False
+                          ) -> Iterator[tuple[int, ValueAndTimestamp]]:
+        """``(window_start, ValueAndTimestamp)`` for ``key``'s windows starting in ``[time_from, time_to]``.
+        ``owner=True``: called by the stream thread that owns the store (the DSL's operators), which may
+        take the cheaper :meth:`owned_scan`; other threads must not."""
         raw = self._key(key)
         size = len(raw) + _SUFFIX
         lo = raw + _START_SEQ.pack(max(time_from, 0), 0)
         hi = raw + _START_SEQ.pack(min(time_to, _MAX_TIME), 0x7FFFFFFF)
         vde, unpack = self._vde, _LONG.unpack_from
-        for found, data in self.read_raw(lo, hi):
+        entries = self.owned_scan(raw, lo, hi) if owner else self.read_raw(lo, hi)
+        for found, data in entries:
             if len(found) == size and found.startswith(raw):
                 yield unpack(found, size - _SUFFIX)[0], ValueAndTimestamp(vde(data[8:]), unpack(data)[0])
 

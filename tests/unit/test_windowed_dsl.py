@@ -93,7 +93,7 @@ def test_time_windows_match_the_oracle(caching: bool, size: int, advance: int) -
         assert last_per_window(records) == expected
         assert all(windowed.window.end - windowed.window.start == size for windowed, _ in records)
         assert driver.metrics()["dropped_records"] == drops > 0
-        store = driver.get_state_store("agg")
+        store = driver.get_window_store("agg")
         retained = {(w.key, w.window.start): c for w, c in store.all()}
         assert retained and all(expected[window] == count for window, count in retained.items())
         key, start = next(iter(retained))
@@ -222,7 +222,9 @@ def test_a_bridging_record_merges_two_sessions_and_retracts_both() -> None:
         assert [(w.window, v) for w, v in out.read_key_values()] == [
             (Window(100, 100), 1), (Window(120, 120), 2),
             (Window(100, 100), None), (Window(120, 120), None), (Window(100, 120), 7)]
-        assert list(driver.get_state_store("agg").fetch("a")) == [(Windowed.of("a", 100, 120), 7)]
+        assert list(driver.get_session_store("agg").fetch("a")) == [(Windowed.of("a", 100, 120), 7)]
+        with pytest.raises(TypeError, match="not a window store"):
+            driver.get_window_store("agg")
 
 
 def sliding_oracle(data: list[tuple[str, int]], diff: int) -> dict[tuple[str, int], int]:
