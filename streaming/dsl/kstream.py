@@ -18,6 +18,7 @@ from streaming.topology.nodes import Partitioner
 
 if TYPE_CHECKING:
     from streaming.dsl.builder import StreamsBuilder
+    from streaming.windows.specs import JoinWindows
 
 KeyValuePredicate = Callable[[Any, Any], bool]
 
@@ -185,6 +186,45 @@ class KStream:
         builder.topology.add_operator(node, operator, parent)
         builder.topology.connect_processor_and_state_stores(node, store_names=[store_name])
         return KTable(builder, node, key_serde, value_serde, store_name, operator)
+
+
+    # -- KStream-KStream joins (streaming.dsl.stream_join) ----------------------------------------------------
+    def join(self, other: KStream, joiner: Callable[..., Any], windows: JoinWindows,
+             key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
+             other_value_serde: Serde[Any] | None = None, store_name: str | None = None,
+             name: str | None = None) -> KStream:
+        """Inner join with ``other`` over ``windows``: ``joiner(value, other_value)`` (or ``joiner(key, value,
+        other_value)``) for each pair of records with equal keys and timestamps within the window; see
+        :mod:`streaming.dsl.stream_join`. ``store_name`` names the join stores (``<store_name>-this-join-store``,
+        ...); the serdes default to the streams'."""
+        return self._join_stream(other, joiner, windows, "inner", key_serde, value_serde, other_value_serde,
+                                 store_name, name)
+
+    def left_join(self, other: KStream, joiner: Callable[..., Any], windows: JoinWindows,
+                  key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
+                  other_value_serde: Serde[Any] | None = None, store_name: str | None = None,
+                  name: str | None = None) -> KStream:
+        """As :meth:`join`, and every record of this stream that found no partner is emitted as
+        ``joiner(value, None)`` once its join window has closed."""
+        return self._join_stream(other, joiner, windows, "left", key_serde, value_serde, other_value_serde,
+                                 store_name, name)
+
+    def outer_join(self, other: KStream, joiner: Callable[..., Any], windows: JoinWindows,
+                   key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
+                   other_value_serde: Serde[Any] | None = None, store_name: str | None = None,
+                   name: str | None = None) -> KStream:
+        """As :meth:`left_join`, and records of ``other`` without a partner give ``joiner(None, other_value)``."""
+        return self._join_stream(other, joiner, windows, "outer", key_serde, value_serde, other_value_serde,
+                                 store_name, name)
+
+    def _join_stream(self, other: Any, joiner: Callable[..., Any], windows: Any, kind: str,
+                     key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,
+                     other_value_serde: Serde[Any] | None, store_name: str | None, name: str | None) -> KStream:
+        from streaming.dsl.stream_join import join_streams
+        if not isinstance(other, KStream):
+            raise TopologyError(f"{kind} join: this overload joins two KStreams with JoinWindows, got {other!r}")
+        return join_streams(self, other, joiner, windows, kind, key_serde, value_serde, other_value_serde,
+                            store_name, name)
 
 
 class BranchedKStream:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from streaming.dsl.builder import StreamsBuilder
     from streaming.dsl.kgrouped import KGroupedTable
     from streaming.dsl.kstream import KStream
+    from streaming.dsl.suppress import Suppressed
 
 
 class KTable:
@@ -85,6 +86,12 @@ class KTable:
         from streaming.dsl.kstream import KStream
         node = self._builder._add_operator("TOSTREAM", TableToStream(), name, self._node, prefix="KTABLE")
         return KStream(self._builder, node, self.key_serde, self.value_serde)
+
+    def suppress(self, suppressed: Suppressed, name: str | None = None) -> KTable:
+        """Hold updates back: one final result per window (``Suppressed.until_window_closes()``) or a key's
+        latest value after a time limit (``Suppressed.until_time_limit(...)``); see :mod:`streaming.dsl.suppress`."""
+        from streaming.dsl.suppress import suppress
+        return suppress(self, suppressed, name)
 
     def group_by(self, selector: Callable[[Any, Any], tuple[Any, Any]], key_serde: Serde[Any] | None = None,
                  value_serde: Serde[Any] | None = None, name: str | None = None) -> KGroupedTable:

@@ -214,8 +214,9 @@ class KafkaStreams:
     _iq: InteractiveQueries | None = None
     _iq_server: InteractiveQueryServer | None = None
 
-    def store(self, name: str) -> ReadOnlyKeyValueStoreView | GlobalStoreView:
-        """A read-only view of key-value store ``name`` over this instance's local active tasks.
+    def store(self, name: str) -> Any:
+        """A read-only view of store ``name`` over this instance's local active tasks (window and session
+        stores: :mod:`streaming.runtime.window_queries`, fetch by key and time range).
 
         ``get(key)`` reads the task the key hashes to (None when that task runs elsewhere: ask
         :meth:`metadata_for_key` who has it); ``range``, ``prefix_scan`` and ``all`` merge every local
