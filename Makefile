@@ -1,6 +1,6 @@
 # Brook: the README's commands. Works from a fresh clone: the first target that needs Python
-# creates .venv and installs the project (editable, with dev extras); it reinstalls only when
-# pyproject.toml changes.
+# creates .venv and installs the project (editable, with the platform and dev extras: everything); it
+# reinstalls only when pyproject.toml changes.
 
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --upgrade pip
-	$(VENV)/bin/python -m pip install -e '.[dev]'
+	$(VENV)/bin/python -m pip install -e '.[dev,platform]'
 	@touch $(STAMP)
 
 demo: $(STAMP) $(DAGSTER_HOME)/dagster.yaml

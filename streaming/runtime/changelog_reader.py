@@ -171,8 +171,8 @@ class StoreChangelogReader:
                     f"covers it up to offset {state.start}: the topic was recreated (an application reset, a broker "
                     f"that lost its storage) under older local state or an older snapshot. Restoring anyway would "
                     f"silently keep state the changelog no longer has. Delete this application's local state "
-                    f"(KafkaStreams.cleanup()) and the store's snapshots under state.snapshot.location, and start "
-                    f"again.")
+                    f"({state.task.state.app_dir}, what KafkaStreams.cleanup() removes) and the store's snapshots "
+                    f"under state.snapshot.location, and start again.")
 
     def _complete_caught_up(self) -> list[Any]:
         """Complete active restores whose position reached the high watermark of the last fetch (the

@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-
 from streaming.config import StreamsConfig
 from streaming.errors import (
     ConfigError,
@@ -24,15 +23,14 @@ from streaming.runtime.cluster import cluster_metadata
 from streaming.runtime.global_stream_thread import GlobalStreamThread
 from streaming.runtime.http_server import InteractiveQueryServer
 from streaming.runtime.interactive_queries import (
-    GlobalStoreView,
     InteractiveQueries,
     KeyQueryMetadata,
     Partitioner,
-    ReadOnlyKeyValueStoreView,
     key_value_stores,
     unknown_store_message,
 )
 from streaming.runtime.internal_topics import create_internal_topics
+from streaming.runtime.snapshots import snapshot_source
 from streaming.runtime.state_directory import StateDirectory, application_dir, remove_path
 from streaming.runtime.stream_thread import StreamThread
 from streaming.serdes import Serde
@@ -71,6 +69,7 @@ class KafkaStreams:
             raise ConfigError("config key 'processing.guarantee': exactly_once_v2 is not available yet "
                               "(it arrives with the fault-tolerance work); use at_least_once")
         self.topology = topology.bind(self.config.application_id)
+        self._snapshots = snapshot_source(self.config["state.snapshot.location"], self.config.application_id)
         topology.subtopologies()
         self._check_assignment_strategy()
         self._state = State.CREATED
@@ -141,7 +140,8 @@ class KafkaStreams:
             for i in range(self.config["num.stream.threads"]):
                 self._threads.append(StreamThread(f"{self.config.application_id}-StreamThread-{i + 1}", topology,
                                                   self.config, self._on_thread_state, self._restore_listener,
-                                                  counts, directory=directory, hosts_standbys=i == 0))
+                                                  counts, directory=directory, hosts_standbys=i == 0,
+                                                  snapshots=self._snapshots))
         except BaseException:
             self._abort_start()
             raise

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from streaming.errors import ConfigError
 from streaming.naming import store_of_changelog
-from streaming.state import snapshots as layout
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,12 @@ class ParquetSnapshots:
     ``s3://``/``hdfs://`` URI), for the stores of application ``application_id``."""
 
     def __init__(self, location: str, application_id: str) -> None:
+        try:  # pyarrow reads the Parquet: a worker without snapshots never imports it
+            from streaming.state import snapshots as layout
+        except ImportError as exc:
+            raise ConfigError(f"config key 'state.snapshot.location' needs pyarrow to read snapshots: "
+                              f"pip install 'brook[snapshots]' ({exc})") from None
+        self._layout = layout
         self.location = location
         self.application_id = application_id
 
@@ -60,6 +66,7 @@ class ParquetSnapshots:
         store = store_of_changelog(self.application_id, topic)
         if store is None:
             return None
+        layout = self._layout
         manifest = layout.latest_manifest(self.location, self.application_id, store)
         if manifest is None or partition not in manifest.partitions:
             return None

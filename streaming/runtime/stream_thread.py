@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 from streaming.config import StreamsConfig
 from streaming.runtime.changelog_reader import StateRestoreListener, StoreChangelogReader
 from streaming.runtime.record_collector import KafkaRecordCollector
-from streaming.runtime.snapshots import snapshot_source
+from streaming.runtime.snapshots import SnapshotSource
 from streaming.runtime.state_directory import StateDirectory
 from streaming.runtime.task import StreamTask
 from streaming.runtime.task_manager import TaskManager, as_pairs
@@ -42,7 +42,7 @@ class StreamThread(threading.Thread):
                  on_state: Callable[[StreamThread, str], None],
                  restore_listener: StateRestoreListener | None = None,
                  partition_counts: dict[str, int] | None = None, directory: StateDirectory | None = None,
-                 hosts_standbys: bool = True) -> None:
+                 hosts_standbys: bool = True, snapshots: SnapshotSource | None = None) -> None:
         super().__init__(name=name, daemon=True)
         self.config = config
         self._on_state = on_state
@@ -53,8 +53,7 @@ class StreamThread(threading.Thread):
         self.collector = KafkaRecordCollector(config.producer_config(), self.admin)
         self.consumer = Consumer(config.consumer_config())
         self.changelog_reader = StoreChangelogReader(
-            config.consumer_config(), restore_listener,
-            snapshot_source(config["state.snapshot.location"], config.application_id))
+            config.consumer_config(), restore_listener, snapshots)
         self.tasks = TaskManager(topology, config, self.collector, wall_clock_ms, self.changelog_reader,
                                  partition_counts, directory=directory, hosts_standbys=hosts_standbys)
         self._offset_resets = self.tasks.offset_resets()

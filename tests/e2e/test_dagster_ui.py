@@ -55,7 +55,7 @@ def dagster_ui(tmp_path: Path) -> Iterator[str]:
     port = free_port()
     log = tmp_path / "dagster-ui.log"
     with open(log, "wb") as out:
-        # As DESIGN.md notes, `dagster dev` ignores signals when started from a shell with `&`: start it in
+        # `dagster dev` ignores signals when started from a shell with `&`: start it in
         # its own session and stop the whole group.
         process = subprocess.Popen(["make", "--no-print-directory", "ui", f"DAGSTER_HOME={tmp_path / 'dagster'}",
                                     f"UI_PORT={port}"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,

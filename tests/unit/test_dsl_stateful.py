@@ -393,7 +393,7 @@ def test_errors_in_an_aggregator_name_the_record() -> None:
 
 
 def test_design_example_stateful_part_verbatim() -> None:
-    """DESIGN.md's example, but for the window imports (windows are a later issue)."""
+    """The design brief's example, but for the window imports."""
     from streaming import KafkaStreams
 
     builder = StreamsBuilder()

@@ -1,4 +1,4 @@
-"""TopologyTestDriver: the DESIGN.md example, errors with record coordinates, timestamps, output helpers."""
+"""TopologyTestDriver: the design brief's example, errors with record coordinates, timestamps, output helpers."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from streaming.testing import TestRecord, TopologyTestDriver
 CONFIG = {"application.id": "driver-test"}
 
 
-# -- the DESIGN.md example -----------------------------------------------------------------------------------
+# -- the design brief's example -----------------------------------------------------------------------------------
 
 def test_design_example_verbatim() -> None:
     from streaming import (  # noqa: F401
@@ -62,7 +62,7 @@ def test_design_example_verbatim() -> None:
 
 
 def test_design_example_stateless_part() -> None:
-    """The part of the DESIGN.md example that exists today, unchanged but for the stateful lines."""
+    """The part of the design brief's example that exists today, unchanged but for the stateful lines."""
     builder = StreamsBuilder()
     orders = builder.stream("orders", key_serde=Serdes.String(), value_serde=Serdes.Json())
     orders.filter(lambda k, v: v["amount"] > 10).map_values(lambda v: {**v, "big": True}).to("big-orders")
