@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING, Any
 from streaming.dsl import operators as ops
 from streaming.dsl.functions import takes_key
 from streaming.dsl.kgrouped import KGroupedStream
-from streaming.dsl.ktable import KTable
+from streaming.dsl.ktable import GlobalKTable, KTable
 from streaming.dsl.materialized import Materialized, as_materialized, make_store_builder
 from streaming.dsl.repartition import GroupBySelectKey, add_repartition
 from streaming.dsl.stateful_operators import TableSource
+from streaming.dsl.stream_table_join import join_global_table, join_table
 from streaming.errors import TopologyError
 from streaming.serdes import Serde
 from streaming.topology.nodes import Partitioner
@@ -167,6 +168,49 @@ class KStream:
         key_serde, value_serde = key_serde or self.key_serde, value_serde or self.value_serde
         source = add_repartition(self._builder, self._node, repartition_name, key_serde, value_serde, partitioner)
         return KStream(self._builder, source, key_serde, value_serde)
+
+    # -- joins (logic in streaming.dsl.stream_table_join) --------------------------------------------------------
+    def join(self, other: KTable | GlobalKTable, *functions: Callable[[Any, Any], Any],
+             key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
+             name: str | None = None) -> KStream:
+        """Join each record with a table: ``join(table, joiner)`` or ``join(global_table, key_mapper, joiner)``.
+
+        Emits ``joiner(value, table_value)`` with the record's key, timestamp and headers when the table
+        has a value for the record's key (for a global table: for ``key_mapper(key, value)``); emits
+        nothing otherwise. Table updates alone emit nothing: only stream records look the table up, and
+        they see it as it is when they are processed. Records with a None key or value are skipped
+        (counted in ``dropped_records``).
+
+        A ``KTable`` must be co-partitioned with the stream (same partition count, keys partitioned
+        alike; checked at start-up). If an earlier operation may have changed the key (``map``,
+        ``select_key``, ...), the stream is first repartitioned through an internal topic (written with
+        ``key_serde``/``value_serde``, default the stream's) with the table's partition count, as in
+        Kafka Streams. A table computed from another (``filter``, ``map_values``) is looked up through
+        its parent's store, not materialized again. A ``GlobalKTable`` needs neither: every instance
+        holds all of it.
+        """
+        return self._join(other, functions, False, key_serde, value_serde, name)
+
+    def left_join(self, other: KTable | GlobalKTable, *functions: Callable[[Any, Any], Any],
+                  key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
+                  name: str | None = None) -> KStream:
+        """As :meth:`join`, but a record whose key the table does not have (or whose key or mapped key is
+        None) emits ``joiner(value, None)``. Records with a None value are skipped (counted)."""
+        return self._join(other, functions, True, key_serde, value_serde, name)
+
+    def _join(self, other: Any, functions: tuple[Callable[[Any, Any], Any], ...], left: bool,
+              key_serde: Serde[Any] | None, value_serde: Serde[Any] | None, name: str | None) -> KStream:
+        method = "left_join" if left else "join"
+        if isinstance(other, KTable):
+            if len(functions) != 1 or not callable(functions[0]):
+                raise TopologyError(f"{method}(table, joiner) takes one joiner function, got {functions!r}")
+            return join_table(self, other, functions[0], left, key_serde, value_serde, name)
+        if isinstance(other, GlobalKTable):
+            if len(functions) != 2 or not all(callable(f) for f in functions):
+                raise TopologyError(f"{method}(global_table, key_mapper, joiner) takes a key mapper and a joiner, "
+                                    f"got {functions!r}")
+            return join_global_table(self, other, functions[0], functions[1], left, name)
+        raise TopologyError(f"{method}() joins a stream with a KTable or a GlobalKTable, got {other!r}")
 
     def to_table(self, materialized: Materialized | str | None = None, name: str | None = None) -> KTable:
         """The stream as a table: each record updates its key, a None value deletes it (see

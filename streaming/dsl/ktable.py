@@ -6,7 +6,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from streaming.dsl.functions import takes_key
+from streaming.dsl.materialized import Materialized
 from streaming.dsl.table_operators import TableFilter, TableGroupByMap, TableMapValues, TableToStream
+from streaming.dsl.value_getters import StoreValueGetter, ValueGetter
+from streaming.errors import TopologyError
 from streaming.serdes import Serde
 
 if TYPE_CHECKING:
@@ -30,14 +33,16 @@ class KTable:
 
     def __init__(self, builder: StreamsBuilder, node: str, key_serde: Serde[Any] | None,
                  value_serde: Serde[Any] | None, store_name: str | None, operator: Any,
-                 parent: KTable | None = None) -> None:
+                 parent: KTable | None = None, parents: tuple[KTable, ...] = (),
+                 value_getter: ValueGetter | None = None) -> None:
         self._builder = builder
         self._node = node
         self.key_serde = key_serde
         self.value_serde = value_serde
         self._store_name = store_name
         self._operator = operator
-        self._parent = parent
+        self._parents = (parent,) if parent is not None else parents  # the tables its old values come from
+        self._getter = value_getter  # how joins look it up, when it has no store and is not a one-parent view
 
     @property
     def node_name(self) -> str:
@@ -54,8 +59,21 @@ class KTable:
         if self._operator.send_old_values:
             return
         self._operator.send_old_values = True
-        if self._parent is not None:
-            self._parent._enable_sending_old_values()
+        for parent in self._parents:
+            parent._enable_sending_old_values()
+
+    def _value_getter(self) -> ValueGetter:
+        """How a join looks this table up: its store, or (a table computed from another) the same
+        computation over its parent's lookups (see :mod:`streaming.dsl.value_getters`)."""
+        if self._store_name is not None:
+            return StoreValueGetter(self._store_name)
+        if self._getter is not None:
+            return self._getter
+        make = getattr(self._operator, "value_getter", None)
+        if make is None or len(self._parents) != 1:
+            raise TopologyError(f"table {self._node!r} cannot be looked up by a join: it has no store and is not "
+                                f"computed from one table; materialize it first (e.g. .to_stream().to_table())")
+        return make(self._parents[0]._value_getter())  # type: ignore[no-any-return]
 
     def _then(self, kind: str, operator: Any, name: str | None, value_serde: Serde[Any] | None) -> KTable:
         node = self._builder._add_operator(kind, operator, name, self._node, prefix="KTABLE")
