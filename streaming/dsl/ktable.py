@@ -104,6 +104,53 @@ class KTable:
         node = self._builder._add_operator("TOSTREAM", TableToStream(), name, self._node, prefix="KTABLE")
         return KStream(self._builder, node, self.key_serde, self.value_serde)
 
+    # -- joins (logic in streaming.dsl.table_table_join and streaming.dsl.foreign_key_join) -------------------------
+    def join(self, other: KTable, *functions: Callable[..., Any], materialized: Materialized | str | None = None,
+             name: str | None = None) -> KTable:
+        """Join with another table: on the key, ``join(other, joiner)``, or on a foreign key,
+        ``join(other, foreign_key_extractor, joiner)``.
+
+        On the key (both tables co-partitioned, checked at start-up): an update on either side emits the
+        key's new result ``joiner(left_value, right_value)`` while both sides have the key, and a delete
+        when an update leaves it without one (a row of either side deleted). The result's timestamp is
+        the later of the two rows'. Old values go along when a later operation asks for them.
+
+        On a foreign key ``foreign_key_extractor(value)`` (or ``(key, value)``), a key of ``other``: see
+        :mod:`streaming.dsl.foreign_key_join` — the tables need not be co-partitioned; the result is
+        keyed by this table's key, emitted when either side changes, and deleted when this row is deleted,
+        its foreign key leaves the other table, or the other row is deleted. A None foreign key: no result
+        (counted as dropped).
+
+        ``materialized`` keeps the result in a named, queryable store (a foreign-key join's result always
+        has a store, generated when unnamed; a key join's has one only when asked).
+        """
+        return self._join(other, functions, "inner", materialized, name)
+
+    def left_join(self, other: KTable, *functions: Callable[..., Any], materialized: Materialized | str | None = None,
+                  name: str | None = None) -> KTable:
+        """As :meth:`join`, but every row of this table has a result: ``joiner(value, None)`` while the other
+        table has no row for its key (or foreign key, which may be None); only deleting this row deletes it."""
+        return self._join(other, functions, "left", materialized, name)
+
+    def outer_join(self, other: KTable, joiner: Callable[[Any, Any], Any],
+                   materialized: Materialized | str | None = None, name: str | None = None) -> KTable:
+        """As :meth:`join` on the key, but a key has a result while either table has it: ``joiner(left,
+        None)``, ``joiner(None, right)`` or ``joiner(left, right)``; a delete once neither has it."""
+        return self._join(other, (joiner,), "outer", materialized, name)
+
+    def _join(self, other: Any, functions: tuple[Callable[..., Any], ...], kind: str,
+              materialized: Materialized | str | None, name: str | None) -> KTable:
+        from streaming.dsl.foreign_key_join import join_foreign_key
+        from streaming.dsl.table_table_join import join_tables
+        if not isinstance(other, KTable):
+            raise TopologyError(f"a table joins another KTable, got {other!r}")
+        if not all(callable(f) for f in functions) or len(functions) not in (1, 2):
+            raise TopologyError(f"table join takes (other, joiner) or (other, foreign_key_extractor, joiner), "
+                                f"got functions {functions!r}")
+        if len(functions) == 2:
+            return join_foreign_key(self, other, functions[0], functions[1], kind == "left", materialized, name)
+        return join_tables(self, other, functions[0], kind, materialized, name)
+
     def group_by(self, selector: Callable[[Any, Any], tuple[Any, Any]], key_serde: Serde[Any] | None = None,
                  value_serde: Serde[Any] | None = None, name: str | None = None) -> KGroupedTable:
         """Regroup the rows: ``selector(key, value) -> (group_key, group_value)``, for ``count``, ``reduce``
