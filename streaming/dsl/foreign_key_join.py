@@ -43,10 +43,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from streaming.dsl.change import Change
-from streaming.dsl.functions import takes_key
+from streaming.dsl.functions import keyed_joiner, takes_key
 from streaming.dsl.materialized import Materialized, as_materialized, make_store_builder
 from streaming.dsl.stateful_operators import TableSource
-from streaming.dsl.value_getters import Joiner, ValueGetter
+from streaming.dsl.value_getters import Joiner, KeyedJoiner, ValueGetter
 from streaming.errors import TopologyError
 from streaming.naming import SUBSCRIPTION_REGISTRATION_SUFFIX, SUBSCRIPTION_RESPONSE_SUFFIX
 from streaming.runtime.context import fan_out
@@ -122,7 +122,8 @@ class SubscriptionSend:
     """Left side, step 1 (see the module doc): turns each left update ``Change(new, old)`` into
     subscriptions to the ``sink`` child, and results that need no right value into the ``result`` child."""
 
-    def __init__(self, extractor: Callable[..., Any], joiner: Joiner, left_join: bool, foreign_key_serde: Serde[Any] | None,
+    def __init__(self, extractor: Callable[..., Any], joiner: KeyedJoiner, left_join: bool,
+                 foreign_key_serde: Serde[Any] | None,
                  key_serde: Serde[Any] | None, value_serde: Serde[Any] | None, sink: str, result: str) -> None:
         self.extractor = extractor
         self.joiner = joiner
@@ -156,7 +157,7 @@ class SubscriptionSend:
                 send(old_fk, encode_subscription(UNSUBSCRIBE, partition, None, left_key), timestamp, headers)
             if new_fk is None:
                 if new is not None and left_join:
-                    emit_result(key, joiner(new, None), timestamp, headers)
+                    emit_result(key, joiner(key, new, None), timestamp, headers)
                     return
                 if new is not None:
                     drop("null foreign key in a foreign-key join")
@@ -235,7 +236,7 @@ class ResponseJoin:
     """Left side, step 4: drops stale answers (their hash is not the current left value's) and joins the
     others with the current left value."""
 
-    def __init__(self, left: ValueGetter, joiner: Joiner, left_join: bool, value_serde: Serde[Any] | None,
+    def __init__(self, left: ValueGetter, joiner: KeyedJoiner, left_join: bool, value_serde: Serde[Any] | None,
                  right_value_serde: Serde[Any] | None) -> None:
         self.left = left
         self.joiner = joiner
@@ -257,9 +258,9 @@ class ResponseJoin:
                     log.debug("task %s: foreign-key join answer for key %r is stale (the row changed since)", task, key)
                 return
             if right is None:
-                downstream(key, joiner(found[0], None) if left_join else None, timestamp, headers)
+                downstream(key, joiner(key, found[0], None) if left_join else None, timestamp, headers)
             else:
-                downstream(key, joiner(found[0], deserialize_right(right)), timestamp, headers)
+                downstream(key, joiner(key, found[0], deserialize_right(right)), timestamp, headers)
         return resolve
 
 
@@ -278,6 +279,7 @@ def join_foreign_key(left: KTable, right: KTable, extractor: Callable[..., Any],
         raise TopologyError(f"a foreign-key join needs a foreign key extractor and a joiner, got {extractor!r} "
                             f"and {joiner!r}")
     base = name or builder._new_name("FK-JOIN", prefix="KTABLE")
+    keyed = keyed_joiner(joiner)
     spec = as_materialized(materialized)
     result_store = spec.store_name or builder._new_store_name("KTABLE-FK-JOIN-OUTPUT-")
     subscription_store = f"{base}-subscription-store"
@@ -290,7 +292,7 @@ def join_foreign_key(left: KTable, right: KTable, extractor: Callable[..., Any],
 
     registration, response = base + SUBSCRIPTION_REGISTRATION_SUFFIX, base + SUBSCRIPTION_RESPONSE_SUFFIX
     send, output = f"{base}-subscription-send", f"{base}-output"
-    topology.add_operator(send, SubscriptionSend(extractor, joiner, left_join, right.key_serde, left.key_serde,
+    topology.add_operator(send, SubscriptionSend(extractor, keyed, left_join, right.key_serde, left.key_serde,
                                                  left.value_serde, f"{base}-subscription-sink", output), left._node)
     topology.add_sink(f"{base}-subscription-sink", registration, send, key_serde=Serdes.Bytes(),
                       value_serde=Serdes.Bytes(), internal=True)
@@ -307,7 +309,7 @@ def join_foreign_key(left: KTable, right: KTable, extractor: Callable[..., Any],
     topology.add_source(f"{base}-response-source", response, key_serde=left.key_serde, value_serde=Serdes.Bytes(),
                         internal=True)
     resolve = f"{base}-response-join"
-    topology.add_operator(resolve, ResponseJoin(left_getter, joiner, left_join, left.value_serde, right.value_serde),
+    topology.add_operator(resolve, ResponseJoin(left_getter, keyed, left_join, left.value_serde, right.value_serde),
                           f"{base}-response-source")
     topology.connect_processor_and_state_stores(resolve, store_names=list(left_getter.store_names))
     operator = TableSource(result_store)

@@ -5,7 +5,8 @@ Only stream records trigger the join: each one reads the table as it is when the
 (records are processed in timestamp order across the task's partitions, so a table update with a lower
 timestamp than the stream record is seen by it; ``max.task.idle.ms`` waits for a partition that has no
 buffered data). A table update alone emits nothing. The output keeps the stream record's key, timestamp
-and headers; its value is ``joiner(stream_value, table_value)``.
+and headers; its value is ``joiner(stream_value, table_value)`` (or ``joiner(key, stream_value,
+table_value)``: a joiner taking three arguments gets the key too, as Kafka Streams' ValueJoinerWithKey).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from streaming.dsl.functions import joiner_takes_key
 from streaming.dsl.repartition import add_repartition
 from streaming.dsl.value_getters import Joiner, ValueGetter
 from streaming.errors import TopologyError
@@ -41,14 +43,15 @@ class StreamTableJoin:
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         downstream, joiner, drop = fan_out(list(children.values())), self.joiner, context.record_dropped
-        get = self.getter.compile(context)
+        get, with_key = self.getter.compile(context), joiner_takes_key(self.joiner)
         if self.left:
             def left_join(key: Any, value: Any, timestamp: int, headers: Any) -> None:
                 if value is None:
                     drop("null value in a stream-table left join")
                     return
                 found = None if key is None else get(key)
-                downstream(key, joiner(value, None if found is None else found[0]), timestamp, headers)
+                other = None if found is None else found[0]
+                downstream(key, joiner(key, value, other) if with_key else joiner(value, other), timestamp, headers)
             return left_join
 
         def join(key: Any, value: Any, timestamp: int, headers: Any) -> None:
@@ -57,7 +60,8 @@ class StreamTableJoin:
                 return
             found = get(key)
             if found is not None:
-                downstream(key, joiner(value, found[0]), timestamp, headers)
+                downstream(key, joiner(key, value, found[0]) if with_key else joiner(value, found[0]), timestamp,
+                           headers)
         return join
 
 
@@ -78,6 +82,7 @@ class StreamGlobalTableJoin:
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         downstream, joiner, drop = fan_out(list(children.values())), self.joiner, context.record_dropped
         get, key_mapper, left = context.get_state_store(self.store_name).get, self.key_mapper, self.left
+        with_key = joiner_takes_key(joiner)
 
         def global_join(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if value is None:
@@ -85,14 +90,16 @@ class StreamGlobalTableJoin:
                 return
             table_key = key_mapper(key, value)
             if table_key is None:
-                if left:
-                    downstream(key, joiner(value, None), timestamp, headers)
-                else:
+                if not left:
                     drop("the key mapper of a stream-global table join returned None")
-                return
-            table_value = get(table_key)
-            if table_value is not None or left:
-                downstream(key, joiner(value, table_value), timestamp, headers)
+                    return
+                table_value = None
+            else:
+                table_value = get(table_key)
+                if table_value is None and not left:
+                    return
+            downstream(key, joiner(key, value, table_value) if with_key else joiner(value, table_value), timestamp,
+                       headers)
         return global_join
 
 

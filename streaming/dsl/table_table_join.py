@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from streaming.dsl.change import Change
+from streaming.dsl.functions import keyed_joiner
 from streaming.dsl.materialized import Materialized, as_materialized, make_store_builder
-from streaming.dsl.value_getters import Joiner, JoinValueGetter, ValueGetter
+from streaming.dsl.value_getters import Joiner, JoinValueGetter, KeyedJoiner, ValueGetter
 from streaming.errors import TopologyError
 from streaming.runtime.context import fan_out
 from streaming.topology.nodes import Emit
@@ -34,7 +35,7 @@ class TableJoinSide:
     for (``send_old_values``). The timestamp is the later of the update's and the other value's.
     """
 
-    def __init__(self, other: ValueGetter, joiner: Joiner, kind: str, is_left: bool) -> None:
+    def __init__(self, other: ValueGetter, joiner: KeyedJoiner, kind: str, is_left: bool) -> None:
         self.other = other
         self.joiner = joiner
         self.is_left = is_left
@@ -49,8 +50,8 @@ class TableJoinSide:
         if self.is_left:
             joiner = user_joiner
         else:
-            def joiner(this: Any, other: Any) -> Any:
-                return user_joiner(other, this)
+            def joiner(key: Any, this: Any, other: Any) -> Any:
+                return user_joiner(key, other, this)
 
         def join_side(key: Any, change: Change, timestamp: int, headers: Any) -> None:
             found = get_other(key)
@@ -63,17 +64,17 @@ class TableJoinSide:
                 timestamp = max(timestamp, found[1])
             new, old = change
             if new is not None and (other is not None or keeps_this):
-                new = joiner(new, other)
+                new = joiner(key, new, other)
             elif other is not None and keeps_other:
-                new = joiner(None, other)
+                new = joiner(key, None, other)
             else:
                 new = None
             if not send_old:
                 old = None
             elif old is not None and (other is not None or keeps_this):
-                old = joiner(old, other)
+                old = joiner(key, old, other)
             elif other is not None and keeps_other:
-                old = joiner(None, other)
+                old = joiner(key, None, other)
             else:
                 old = None
             downstream(key, Change(new, old), timestamp, headers)
@@ -130,12 +131,13 @@ def join_tables(left: KTable, right: KTable, joiner: Joiner, kind: str, material
     topology = builder.topology
     prefix = {"inner": "JOIN", "left": "LEFT", "outer": "OUTER"}[kind]
     left_getter, right_getter = left._value_getter(), right._value_getter()
+    keyed = keyed_joiner(joiner)
     this_name = f"{name}-join-this" if name else builder._new_name(f"{prefix}THIS", prefix="KTABLE")
     other_name = f"{name}-join-other" if name else builder._new_name(f"{prefix}OTHER", prefix="KTABLE")
     merge_name = name or builder._new_name("MERGE", prefix="KTABLE")
 
-    left_side = TableJoinSide(right_getter, joiner, kind, is_left=True)
-    right_side = TableJoinSide(left_getter, joiner, kind, is_left=False)
+    left_side = TableJoinSide(right_getter, keyed, kind, is_left=True)
+    right_side = TableJoinSide(left_getter, keyed, kind, is_left=False)
     topology.add_operator(this_name, left_side, left._node)
     topology.connect_processor_and_state_stores(this_name, store_names=list(right_getter.store_names))
     topology.add_operator(other_name, right_side, right._node)
@@ -161,4 +163,4 @@ def join_tables(left: KTable, right: KTable, joiner: Joiner, kind: str, material
         KTable(builder, other_name, left.key_serde, None, None, right_side, parent=right))
     return KTable(builder, merge_name, key_serde, value_serde, store_name, merger, parents=sides,
                   value_getter=None if store_name is not None else JoinValueGetter(left_getter, right_getter,
-                                                                                   joiner, kind))
+                                                                                   keyed, kind))

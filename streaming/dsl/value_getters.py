@@ -18,7 +18,8 @@ from typing import Any, Protocol
 from streaming.state.api import ValueAndTimestamp
 
 Get = Callable[[Any], "ValueAndTimestamp | None"]
-Joiner = Callable[[Any, Any], Any]
+Joiner = Callable[..., Any]  # (left, right) or (key, left, right), see streaming.dsl.functions.joiner_takes_key
+KeyedJoiner = Callable[[Any, Any, Any], Any]  # (key, left, right)
 
 
 class ValueGetter(Protocol):
@@ -84,7 +85,7 @@ class JoinValueGetter:
     """An unmaterialized table-table join: both sides looked up and joined, the result's timestamp the
     later of the two. ``inner``: both sides needed; ``left``: the left one; ``outer``: either."""
 
-    def __init__(self, left: ValueGetter, right: ValueGetter, joiner: Joiner, kind: str) -> None:
+    def __init__(self, left: ValueGetter, right: ValueGetter, joiner: KeyedJoiner, kind: str) -> None:
         self.left = left
         self.right = right
         self.joiner = joiner
@@ -103,8 +104,8 @@ class JoinValueGetter:
             if right is None and (needs_right or left is None):
                 return None
             if left is None:
-                return ValueAndTimestamp(joiner(None, right[0]), right[1])  # type: ignore[index]
+                return ValueAndTimestamp(joiner(key, None, right[0]), right[1])  # type: ignore[index]
             if right is None:
-                return ValueAndTimestamp(joiner(left[0], None), left[1])
-            return ValueAndTimestamp(joiner(left[0], right[0]), max(left[1], right[1]))
+                return ValueAndTimestamp(joiner(key, left[0], None), left[1])
+            return ValueAndTimestamp(joiner(key, left[0], right[0]), max(left[1], right[1]))
         return get_joined

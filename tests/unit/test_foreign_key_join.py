@@ -188,3 +188,16 @@ def test_a_foreign_key_extractor_may_take_the_key_too() -> None:
         driver.create_input_topic("items", String, Json).pipe_input("pen", 1)
         driver.create_input_topic("orders", String, Json).pipe_input("pen-7", 2)
         assert driver.create_output_topic("out", String, Json).read_key_values() == [("pen-7", [2, 1])]
+
+
+def test_a_joiner_taking_three_arguments_gets_the_left_key() -> None:
+    builder = StreamsBuilder()
+    orders = builder.table("orders", key_serde=String, value_serde=Json)
+    items = builder.table("items", key_serde=String, value_serde=Json)
+    orders.left_join(items, item_of, lambda key, order, item: [key, item]).to_stream().to("out")
+    with TopologyTestDriver(builder.build(), CONFIG) as driver:
+        driver.create_input_topic("orders", String, Json).pipe_input("o1", {"item": None})  # answered at once
+        driver.create_input_topic("items", String, Json).pipe_input("pen", 1)
+        driver.create_input_topic("orders", String, Json).pipe_input("o2", {"item": "pen"})  # answered by a response
+        assert driver.create_output_topic("out", String, Json).read_key_values() == [("o1", ["o1", None]),
+                                                                                    ("o2", ["o2", 1])]

@@ -179,3 +179,18 @@ def test_global_join_needs_a_key_mapper_and_a_global_table_of_the_same_builder()
         stream.join(items, enrich)
     with pytest.raises(TopologyError, match="not in this stream's StreamsBuilder"):
         StreamsBuilder().stream("x").left_join(items, lambda k, v: k, enrich)
+
+
+def test_a_joiner_taking_three_arguments_gets_the_key_too() -> None:
+    builder = StreamsBuilder()
+    users = users_table(builder)
+    items = builder.global_table("items", key_serde=String, value_serde=Json)
+    orders = builder.stream("orders", key_serde=String, value_serde=Json)
+    orders.join(users, lambda key, order, user: [key, order["id"], user["region"]]).to("table")
+    orders.left_join(items, lambda key, order: order["item"], lambda key, order, item: [key, item]).to("global")
+    with TopologyTestDriver(builder.build(), CONFIG) as driver:
+        driver.create_input_topic("users", String, Json).pipe_input("u1", {"region": "eu"})
+        driver.create_input_topic("items", String, Json).pipe_input("pen", 3)
+        driver.create_input_topic("orders", String, Json).pipe_input("u1", {"id": 1, "item": "pen"})
+        assert driver.create_output_topic("table", String, Json).read_values_to_list() == [["u1", 1, "eu"]]
+        assert driver.create_output_topic("global", String, Json).read_values_to_list() == [["u1", 3]]

@@ -164,3 +164,18 @@ def test_table_join_arguments_are_checked() -> None:
         left.join(right)
     with pytest.raises(TopologyError, match="different StreamsBuilders"):
         left.outer_join(tables(StreamsBuilder(), caching=True)[1], pair)
+
+
+def test_a_joiner_taking_three_arguments_gets_the_key_on_both_sides_and_in_lookups() -> None:
+    builder = StreamsBuilder()
+    left, right = tables(builder, caching=False)
+    joined = left.outer_join(right, lambda key, a, b: f"{key}:{a}:{b}")
+    joined.to_stream().to("out", value_serde=String)
+    builder.stream("probe", key_serde=String, value_serde=Long).join(joined, lambda probe, row: row).to(
+        "probed", value_serde=String)
+    with TopologyTestDriver(builder.build(), CONFIG) as driver:
+        driver.create_input_topic("left", String, Long).pipe_input("k", 1)
+        driver.create_input_topic("right", String, Long).pipe_input("k", 2)
+        driver.create_input_topic("probe", String, Long).pipe_input("k", 0)
+        assert driver.create_output_topic("out", String, String).read_values_to_list() == ["k:1:None", "k:1:2"]
+        assert driver.create_output_topic("probed", String, String).read_values_to_list() == ["k:1:2"]
