@@ -122,7 +122,8 @@ class KTable:
         (counted as dropped).
 
         ``materialized`` keeps the result in a named, queryable store (a foreign-key join's result always
-        has a store, generated when unnamed; a key join's has one only when asked).
+        has a store, generated when unnamed; a key join's has one only when asked), with its value serde,
+        else ``default.value.serde``: the joiner's results must fit it.
         """
         return self._join(other, functions, "inner", materialized, name)
 
