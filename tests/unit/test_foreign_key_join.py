@@ -201,3 +201,16 @@ def test_a_joiner_taking_three_arguments_gets_the_left_key() -> None:
         driver.create_input_topic("orders", String, Json).pipe_input("o2", {"item": "pen"})  # answered by a response
         assert driver.create_output_topic("out", String, Json).read_key_values() == [("o1", ["o1", None]),
                                                                                     ("o2", ["o2", 1])]
+
+
+def test_a_right_table_computed_from_another_is_looked_up_and_followed() -> None:
+    builder = StreamsBuilder()
+    orders = builder.table("orders", key_serde=String, value_serde=Json)
+    prices = builder.table("items", key_serde=String, value_serde=Json).map_values(lambda item: item["price"] * 100)
+    orders.join(prices, item_of, lambda order, cents: [order["n"], cents]).to_stream().to("out")
+    with TopologyTestDriver(builder.build(), CONFIG) as driver:
+        items, orders_in = (driver.create_input_topic(t, String, Json) for t in ("items", "orders"))
+        items.pipe_input("pen", {"price": 2})
+        orders_in.pipe_input("o1", {"n": 1, "item": "pen"})  # answered from the mapped lookup
+        items.pipe_input("pen", {"price": 3})  # a mapped update reaches the subscriber
+        assert driver.create_output_topic("out", String, Json).read_key_values() == [("o1", [1, 200]), ("o1", [1, 300])]

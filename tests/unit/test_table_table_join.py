@@ -179,3 +179,19 @@ def test_a_joiner_taking_three_arguments_gets_the_key_on_both_sides_and_in_looku
         driver.create_input_topic("probe", String, Long).pipe_input("k", 0)
         assert driver.create_output_topic("out", String, String).read_values_to_list() == ["k:1:None", "k:1:2"]
         assert driver.create_output_topic("probed", String, String).read_values_to_list() == ["k:1:2"]
+
+
+def test_a_filtered_table_joins_through_its_parents_store() -> None:
+    builder = StreamsBuilder()
+    left, right = tables(builder, caching=False)
+    left.filter(lambda key, value: value % 2 == 0).join(right, pair).to_stream().to("out", value_serde=Json)
+    with TopologyTestDriver(builder.build(), CONFIG) as driver:
+        left_in, right_in = (driver.create_input_topic(t, String, Long) for t in ("left", "right"))
+        out = driver.create_output_topic("out", String, Json)
+        left_in.pipe_input("a", 1)
+        right_in.pipe_input("a", 10)  # the left row is filtered out: the right side finds no row
+        assert out.is_empty()
+        left_in.pipe_input("a", 2)
+        right_in.pipe_input("a", 11)
+        left_in.pipe_input("a", 3)  # filtered out now: the result is deleted
+        assert out.read_values_to_list() == [[2, 10], [2, 11], None]
