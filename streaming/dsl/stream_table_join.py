@@ -1,10 +1,11 @@
 """Stream-table joins: a stream record looks up a table's current value (Kafka Streams' KStreamKTableJoin
 and KStreamGlobalKTableJoin).
 
-Only stream records trigger the join: each one reads the table as it is when the record is processed
-(records are processed in timestamp order across the task's partitions, so a table update with a lower
-timestamp than the stream record is seen by it; ``max.task.idle.ms`` waits for a partition that has no
-buffered data). A table update alone emits nothing. The output keeps the stream record's key, timestamp
+Only stream records trigger the join: each one reads the table as it is when the record is processed.
+A task processes its partitions' buffered records in timestamp order, so a table update with a lower
+timestamp than a stream record is seen by it when both were fetched; ``max.task.idle.ms`` makes a task
+wait for a partition that has no buffered records but still has records to fetch (not for one read to
+its end). A table update alone emits nothing. The output keeps the stream record's key, timestamp
 and headers; its value is ``joiner(stream_value, table_value)`` (or ``joiner(key, stream_value,
 table_value)``: a joiner taking three arguments gets the key too, as Kafka Streams' ValueJoinerWithKey).
 """
