@@ -3,6 +3,7 @@
 Public API (internals live in ``streaming.runtime`` and are not imported by users)::
 
     from streaming import StreamsBuilder, Topology, KafkaStreams, Serdes, Stores, Materialized
+    from streaming import TimeWindows, SlidingWindows, SessionWindows, JoinWindows, Suppressed, Windowed
     from streaming.processor import Processor, ProcessorContext, Record, PunctuationType
     from streaming.testing import TopologyTestDriver
 """
@@ -18,6 +19,7 @@ from streaming.dsl import (
     Materialized,
     StreamsBuilder,
 )
+from streaming.dsl.suppress import BufferConfig, Suppressed
 from streaming.errors import (
     ConfigError,
     DeserializationError,
@@ -32,6 +34,15 @@ from streaming.serdes import Serde, Serdes
 from streaming.state import KeyValueStore, Stores
 from streaming.timestamps import FieldTimestampExtractor, RecordTimestampExtractor, WallclockTimestampExtractor
 from streaming.topology import Topology
+from streaming.windows import (
+    JoinWindows,
+    SessionWindows,
+    SlidingWindows,
+    TimeWindows,
+    Window,
+    Windowed,
+    WindowedSerdes,
+)
 
 __all__ = [
     "BranchedKStream", "ConfigError", "DeserializationError", "FieldTimestampExtractor", "GlobalKTable",
@@ -40,6 +51,9 @@ __all__ = [
     "RecordTimestampExtractor", "Serde", "Serdes", "Stores", "StreamsBuilder",
     "StreamsConfig", "StreamsError", "Topology", "TopologyError", "UnknownStateStoreError",
     "WallclockTimestampExtractor",
+    # windows, suppression
+    "BufferConfig", "JoinWindows", "SessionWindows", "SlidingWindows", "Suppressed", "TimeWindows", "Window",
+    "Windowed", "WindowedSerdes",
 ]
 
 

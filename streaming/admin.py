@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
-__all__ = ["TopicError", "create_topics", "delete_topics", "partition_counts"]
+__all__ = ["TopicError", "create_topics", "delete_topics", "partition_counts", "watermarks"]
 
 logger = logging.getLogger(__name__)
 
@@ -212,3 +212,52 @@ def delete_topics(
         if remaining <= 0:
             raise TopicError(f"topics {sorted(still)} were still listed {timeout:g} s after deletion")
         time.sleep(_POLL_INTERVAL)
+
+
+def watermarks(
+    bootstrap_servers: str,
+    partitions: Iterable[tuple[str, int]],
+    *,
+    client_config: Mapping[str, Any] | None = None,
+    timeout: float = 30.0,
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """``(earliest, end)`` offsets of each ``(topic, partition)``, exact on any broker.
+
+    ListOffsets "latest" is only a lower bound on the embedded broker (the last batch's base offset + 1),
+    so each partition is read from that bound to partition EOF, whose offset comes from the fetch's high
+    watermark: at most one batch is re-read per partition.
+
+    Raises:
+        TopicError: a partition does not answer (no EOF) within ``timeout`` s.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    wanted = list(dict.fromkeys(partitions))
+    if not wanted:
+        return {}
+    config: dict[str, Any] = {"logger": logging.getLogger("streaming.admin.rdkafka"), **(client_config or {}),
+                              "bootstrap.servers": bootstrap_servers, "group.id": "brook-watermarks",
+                              "enable.partition.eof": True, "enable.auto.commit": False, "fetch.wait.max.ms": 10,
+                              "fetch.queue.backoff.ms": 10}
+    consumer = Consumer(config)
+    try:
+        bounds = {tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=timeout, cached=False)
+                  for tp in wanted}
+        consumer.assign([TopicPartition(topic, partition, max(bounds[(topic, partition)][1], 0))
+                         for topic, partition in wanted])
+        ends: dict[tuple[str, int], int] = {}
+        deadline = time.monotonic() + timeout
+        while len(ends) < len(wanted):
+            if time.monotonic() > deadline:
+                raise TopicError(f"no end of partitions {sorted(set(wanted) - set(ends))} within {timeout:g} s")
+            for message in consumer.consume(10_000, 0.1):
+                error, tp = message.error(), (message.topic(), message.partition())
+                if error is None:
+                    ends.pop(tp, None)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    ends[tp] = message.offset()
+                else:
+                    raise TopicError(f"reading {tp[0]}[{tp[1]}]: {error.str()}")
+    finally:
+        consumer.close()
+    return {tp: (max(bounds[tp][0], 0), ends[tp]) for tp in wanted}

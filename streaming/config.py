@@ -3,7 +3,7 @@
 Keys are Kafka Streams' own (``application.id``, ``commit.interval.ms``, ...). librdkafka settings pass
 through with a ``consumer.``, ``producer.`` or ``admin.`` prefix; security settings (``security.protocol``,
 ``sasl.*``, ``ssl.*``) reach every client. An unknown key or a bad value raises :class:`ConfigError`
-naming the key.
+naming the key. Values may refer to ``${env:NAME}`` and ``${file:/path}`` (:mod:`streaming.config_sources`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streaming.config_sources import resolve_references
 from streaming.errors import ConfigError
 from streaming.naming import MAX_NAME_LENGTH, is_legal_name
+from streaming.rdkafka_logging import RDKAFKA_LOGGER
 from streaming.serdes import Serde, resolve_serde
 from streaming.timestamps import RecordTimestampExtractor, TimestampExtractor, resolve_extractor
 
@@ -163,6 +165,7 @@ class StreamsConfig:
     """Validated Streams configuration. Read values with ``config["commit.interval.ms"]``."""
 
     def __init__(self, config: Mapping[str, Any], *, require_bootstrap: bool = True) -> None:
+        config = resolve_references(config)  # ${env:NAME} and ${file:/path} in values
         self._values: dict[str, Any] = {}
         self._clients: dict[str, dict[str, str]] = {"consumer": {}, "producer": {}, "admin": {}}
         self._security: dict[str, str] = {}
@@ -259,20 +262,22 @@ class StreamsConfig:
     def max_poll_records(self) -> int:
         return self._brook_client_keys.get("consumer.max.poll.records", 2000)
 
-    def consumer_config(self) -> dict[str, str]:
-        """librdkafka settings of the main consumer (group id = application.id)."""
+    def consumer_config(self) -> dict[str, Any]:
+        """librdkafka settings of the main consumer (group id = application.id); its logs go to
+        ``streaming.rdkafka`` (repeats held back)."""
         return {"bootstrap.servers": self["bootstrap.servers"], **CONSUMER_DEFAULTS, **self._security,
                 **self._clients["consumer"], "group.id": self.application_id,
-                "enable.auto.commit": "false", "enable.auto.offset.store": "false"}
+                "enable.auto.commit": "false", "enable.auto.offset.store": "false", "logger": RDKAFKA_LOGGER}
 
-    def producer_config(self) -> dict[str, str]:
+    def producer_config(self) -> dict[str, Any]:
         """librdkafka settings of the producer."""
         return {"bootstrap.servers": self["bootstrap.servers"], **PRODUCER_DEFAULTS, **self._security,
-                **self._clients["producer"]}
+                **self._clients["producer"], "logger": RDKAFKA_LOGGER}
 
-    def admin_config(self) -> dict[str, str]:
+    def admin_config(self) -> dict[str, Any]:
         """librdkafka settings of the admin client."""
-        return {"bootstrap.servers": self["bootstrap.servers"], **self._security, **self._clients["admin"]}
+        return {"bootstrap.servers": self["bootstrap.servers"], **self._security, **self._clients["admin"],
+                "logger": RDKAFKA_LOGGER}
 
     def redacted(self) -> dict[str, Any]:
         """All settings with secrets replaced by ``***``, for logs and metadata."""
@@ -311,6 +316,12 @@ def _client_error(client: str, settings: Mapping[str, str]) -> str | None:
     except KafkaException as exc:
         return exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
     return None
+
+
+def is_config_key(key: str) -> bool:
+    """Whether ``key`` is a key StreamsConfig takes (its own, a client-prefixed or a security setting)."""
+    return key in KEYS or key in CONSUMER_BROOK_KEYS or (key.startswith(CLIENT_PREFIXES) and "." in key[6:]) \
+        or SECURITY_KEYS.match(key) is not None
 
 
 def _client_value(raw: Any) -> str:

@@ -19,6 +19,8 @@ import typer
 from streaming.broker import DEFAULT_WORKDIR, BrokerError, EmbeddedBroker
 
 app = typer.Typer(
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
     help="Start, stop and inspect the embedded Kafka-protocol broker (Tansu, memory storage).",
     no_args_is_help=True,
 )

@@ -1,17 +1,29 @@
-"""The ``brook`` command line: ``brook broker ...`` and ``brook worker ...``."""
+"""The ``brook`` command line: ``brook broker ...``, ``brook worker ...``, and the data commands ``brook topics
+...``, ``brook produce``, ``brook consume`` and ``brook status``.
+
+A failure prints one line, ``error: <what, where, what to check>``, and exits non-zero; the traceback
+only with ``--debug`` or ``BROOK_DEBUG=1``.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated
 
 import typer
 
 from streaming.cli.broker import app as broker_app
+from streaming.cli.data import consume, produce
+from streaming.cli.status import status
+from streaming.cli.topics import app as topics_app
 from streaming.cli.worker import app as worker_app
 
 app = typer.Typer(
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
     name="brook",
     help="Brook: the Kafka Streams model in Python, operated from Dagster.",
     no_args_is_help=True,
@@ -19,6 +31,10 @@ app = typer.Typer(
 )
 app.add_typer(broker_app, name="broker")
 app.add_typer(worker_app, name="worker")
+app.add_typer(topics_app, name="topics")
+app.command()(produce)
+app.command()(consume)
+app.command()(status)
 
 
 def _version(value: bool) -> None:
@@ -38,13 +54,31 @@ def main(
     show_version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", envvar="BROOK_DEBUG", help="Show tracebacks of failures (BROOK_DEBUG=1).")
+    ] = False,
 ) -> None:
     """Brook: the Kafka Streams model in Python, operated from Dagster."""
     level = logging.getLevelName(log_level.upper())
     if not isinstance(level, int):
         raise typer.BadParameter(f"unknown log level {log_level!r}", param_hint="--log-level")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if debug:
+        os.environ["BROOK_DEBUG"] = "1"
+
+
+def run() -> None:
+    """The ``brook`` console script: :data:`app`, with failures as one line unless debugging."""
+    try:
+        app()
+    except Exception as exc:  # Click/typer usage errors never get here: they print their own message
+        if os.environ.get("BROOK_DEBUG", "") not in ("", "0") or "--debug" in sys.argv:
+            raise
+        message = str(exc) if str(exc) else type(exc).__name__
+        typer.echo(f"error: {message.splitlines()[0]}", err=True)
+        typer.echo("(run with --debug or BROOK_DEBUG=1 for the traceback)", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
-    app()
+    run()

@@ -1,8 +1,9 @@
 """``brook worker run MODULE:FACTORY --config FILE``: run one stream worker process until stopped.
 
 ``FACTORY`` names a ``Topology`` or a function returning one. The config file is YAML (or JSON) with
-Kafka Streams keys; ``--set key=value`` overrides single keys and ``BROOK_BOOTSTRAP_SERVERS`` sets
-``bootstrap.servers``. SIGTERM and SIGINT close the worker cleanly: it commits what it processed,
+Kafka Streams keys; ``BROOK_<KEY>`` environment variables set keys (``BROOK_BOOTSTRAP_SERVERS``,
+``BROOK_SASL_PASSWORD``), ``--set key=value`` overrides single keys, and values may refer to
+``${env:NAME}`` / ``${file:/path}``. SIGTERM and SIGINT close the worker cleanly: it commits what it processed,
 closes its tasks and leaves the group. The exit code is 0 after a clean stop and 1 after a failure.
 """
 
@@ -21,10 +22,13 @@ import typer
 import yaml
 
 from streaming.cli.progress import RestoreProgressBar
+from streaming.config import is_config_key
+from streaming.config_sources import environment_config
 from streaming.errors import StreamsError
 from streaming.topology import Topology
 
-app = typer.Typer(help="Run stream workers.", no_args_is_help=True)
+app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, help="Run stream workers.",
+                  no_args_is_help=True)
 log = logging.getLogger("brook.worker")
 
 
@@ -44,15 +48,22 @@ def load_topology(target: str) -> Topology:
 
 
 def load_config(path: Path | None, overrides: list[str]) -> dict[str, Any]:
-    """Streams config from a YAML/JSON file, then ``BROOK_BOOTSTRAP_SERVERS``, then ``key=value`` overrides."""
+    """Streams config from a YAML/JSON file, then ``BROOK_<KEY>`` environment variables (e.g.
+    ``BROOK_BOOTSTRAP_SERVERS``, ``BROOK_SASL_PASSWORD``), then ``key=value`` overrides. Values may refer to
+    ``${env:NAME}`` or ``${file:/path}`` (secrets never need to be on the command line)."""
     config: dict[str, Any] = {}
     if path is not None:
-        loaded = yaml.safe_load(path.read_text()) or {}
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            where = getattr(exc, "problem_mark", None)
+            at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise typer.BadParameter(f"{path} is not valid YAML{at}: {problem}", param_hint="--config") from None
         if not isinstance(loaded, dict):
             raise typer.BadParameter(f"{path} must hold a mapping of config keys", param_hint="--config")
         config.update(loaded)
-    if os.environ.get("BROOK_BOOTSTRAP_SERVERS"):
-        config["bootstrap.servers"] = os.environ["BROOK_BOOTSTRAP_SERVERS"]
+    config.update(environment_config(is_config_key))  # BROOK_<KEY>, e.g. BROOK_SASL_PASSWORD
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:

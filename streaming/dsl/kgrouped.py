@@ -9,10 +9,13 @@ from streaming.dsl.ktable import KTable
 from streaming.dsl.materialized import Materialized, as_materialized, make_store_builder
 from streaming.dsl.repartition import add_repartition
 from streaming.dsl.stateful_operators import StreamAggregate, TableAggregate
+from streaming.errors import TopologyError
 from streaming.serdes import Serde, Serdes
 
 if TYPE_CHECKING:
     from streaming.dsl.builder import StreamsBuilder
+    from streaming.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
+    from streaming.windows.specs import SessionWindows, SlidingWindows, TimeWindows
 
 MaterializedSpec = Materialized | str | None
 
@@ -92,6 +95,22 @@ class KGroupedStream(_Grouped):
         returning None deletes the key (and forwards a delete)."""
         return self._build("AGGREGATE", StreamAggregate("", "aggregate", initializer, aggregator), materialized,
                            None, name)
+
+
+    def windowed_by(self, windows: TimeWindows | SlidingWindows | SessionWindows,
+                    late_records_topic: str | None = None) -> TimeWindowedKStream | SessionWindowedKStream:
+        """Aggregate per key and window (see :mod:`streaming.dsl.windowed`). Records arriving for windows
+        that already closed are dropped and counted; with ``late_records_topic`` they are also written
+        there (as they came in, with the grouping's serdes)."""
+        from streaming.dsl import windowed
+        from streaming.windows.specs import SessionWindows, SlidingWindows, TimeWindows
+        if isinstance(windows, TimeWindows):
+            return windowed.TimeWindowedKStream(self, windows, late_records_topic)
+        if isinstance(windows, SlidingWindows):
+            return windowed.SlidingWindowedKStream(self, windows, late_records_topic)
+        if isinstance(windows, SessionWindows):
+            return windowed.SessionWindowedKStream(self, windows, late_records_topic)
+        raise TopologyError(f"windowed_by needs TimeWindows, SlidingWindows or SessionWindows, got {windows!r}")
 
 
 class KGroupedTable(_Grouped):

@@ -19,6 +19,7 @@ from streaming.topology.nodes import Partitioner
 
 if TYPE_CHECKING:
     from streaming.dsl.builder import StreamsBuilder
+    from streaming.windows.specs import JoinWindows
 
 KeyValuePredicate = Callable[[Any, Any], bool]
 
@@ -169,49 +170,6 @@ class KStream:
         source = add_repartition(self._builder, self._node, repartition_name, key_serde, value_serde, partitioner)
         return KStream(self._builder, source, key_serde, value_serde)
 
-    # -- joins (logic in streaming.dsl.stream_table_join) --------------------------------------------------------
-    def join(self, other: KTable | GlobalKTable, *functions: Callable[[Any, Any], Any],
-             key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
-             name: str | None = None) -> KStream:
-        """Join each record with a table: ``join(table, joiner)`` or ``join(global_table, key_mapper, joiner)``.
-
-        Emits ``joiner(value, table_value)`` with the record's key, timestamp and headers when the table
-        has a value for the record's key (for a global table: for ``key_mapper(key, value)``); emits
-        nothing otherwise. Table updates alone emit nothing: only stream records look the table up, and
-        they see it as it is when they are processed. Records with a None key or value are skipped
-        (counted in ``dropped_records``).
-
-        A ``KTable`` must be co-partitioned with the stream (same partition count, keys partitioned
-        alike; checked at start-up). If an earlier operation may have changed the key (``map``,
-        ``select_key``, ...), the stream is first repartitioned through an internal topic (written with
-        ``key_serde``/``value_serde``, default the stream's) with the table's partition count, as in
-        Kafka Streams. A table computed from another (``filter``, ``map_values``) is looked up through
-        its parent's store, not materialized again. A ``GlobalKTable`` needs neither: every instance
-        holds all of it.
-        """
-        return self._join(other, functions, False, key_serde, value_serde, name)
-
-    def left_join(self, other: KTable | GlobalKTable, *functions: Callable[[Any, Any], Any],
-                  key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
-                  name: str | None = None) -> KStream:
-        """As :meth:`join`, but a record whose key the table does not have (or whose key or mapped key is
-        None) emits ``joiner(value, None)``. Records with a None value are skipped (counted)."""
-        return self._join(other, functions, True, key_serde, value_serde, name)
-
-    def _join(self, other: Any, functions: tuple[Callable[[Any, Any], Any], ...], left: bool,
-              key_serde: Serde[Any] | None, value_serde: Serde[Any] | None, name: str | None) -> KStream:
-        method = "left_join" if left else "join"
-        if isinstance(other, KTable):
-            if len(functions) != 1 or not callable(functions[0]):
-                raise TopologyError(f"{method}(table, joiner) takes one joiner function, got {functions!r}")
-            return join_table(self, other, functions[0], left, key_serde, value_serde, name)
-        if isinstance(other, GlobalKTable):
-            if len(functions) != 2 or not all(callable(f) for f in functions):
-                raise TopologyError(f"{method}(global_table, key_mapper, joiner) takes a key mapper and a joiner, "
-                                    f"got {functions!r}")
-            return join_global_table(self, other, functions[0], functions[1], left, name)
-        raise TopologyError(f"{method}() joins a stream with a KTable or a GlobalKTable, got {other!r}")
-
     def to_table(self, materialized: Materialized | str | None = None, name: str | None = None) -> KTable:
         """The stream as a table: each record updates its key, a None value deletes it (see
         ``StreamsBuilder.table``). Repartitions first if the key may have changed."""
@@ -229,6 +187,84 @@ class KStream:
         builder.topology.add_operator(node, operator, parent)
         builder.topology.connect_processor_and_state_stores(node, store_names=[store_name])
         return KTable(builder, node, key_serde, value_serde, store_name, operator)
+
+    # -- joins: with a stream (streaming.dsl.stream_join), a table or a global table (streaming.dsl.stream_table_join)
+    def join(self, other: KStream | KTable | GlobalKTable, *functions: Any, key_serde: Serde[Any] | None = None,
+             value_serde: Serde[Any] | None = None, other_value_serde: Serde[Any] | None = None,
+             store_name: str | None = None, name: str | None = None) -> KStream:
+        """Join each record with another stream, a table or a global table, by what ``other`` is.
+
+        ``join(stream, joiner, join_windows)``: ``joiner(value, other_value)`` (or ``joiner(key, value,
+        other_value)``) for each pair of records with equal keys and timestamps within the window; see
+        :mod:`streaming.dsl.stream_join`. ``store_name`` names the join stores (``<store_name>-this-join-store``,
+        ...); ``other_value_serde`` is the other stream's value serde (default: its own).
+
+        ``join(table, joiner)`` or ``join(global_table, key_mapper, joiner)``: emits ``joiner(value,
+        table_value)`` with the record's key, timestamp and headers when the table has a value for the
+        record's key (for a global table: for ``key_mapper(key, value)``); emits nothing otherwise. Table
+        updates alone emit nothing: only stream records look the table up, and they see it as it is when
+        they are processed. Records with a None key or value are skipped (counted in ``dropped_records``).
+        A ``KTable`` must be co-partitioned with the stream (same partition count, keys partitioned alike;
+        checked at start-up); a table computed from another (``filter``, ``map_values``) is looked up
+        through its parent's store, not materialized again. A ``GlobalKTable`` needs neither: every
+        instance holds all of it.
+
+        With a stream or a table: if an earlier operation may have changed the key (``map``,
+        ``select_key``, ...), the stream is first repartitioned through an internal topic (written with
+        ``key_serde``/``value_serde``, default the stream's) with the partition count of the side it
+        joins, as in Kafka Streams.
+        """
+        return self._join(other, functions, "inner", key_serde, value_serde, other_value_serde, store_name, name)
+
+    def left_join(self, other: KStream | KTable | GlobalKTable, *functions: Any, key_serde: Serde[Any] | None = None,
+                  value_serde: Serde[Any] | None = None, other_value_serde: Serde[Any] | None = None,
+                  store_name: str | None = None, name: str | None = None) -> KStream:
+        """As :meth:`join`, and every record of this stream has a result: with a stream, a record that found
+        no partner is emitted as ``joiner(value, None)`` once its join window has closed; with a table, a
+        record whose key the table does not have (or whose key or mapped key is None) emits
+        ``joiner(value, None)`` at once. Records with a None value are skipped (counted)."""
+        return self._join(other, functions, "left", key_serde, value_serde, other_value_serde, store_name, name)
+
+    def outer_join(self, other: KStream, joiner: Callable[..., Any], windows: JoinWindows,
+                   key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
+                   other_value_serde: Serde[Any] | None = None, store_name: str | None = None,
+                   name: str | None = None) -> KStream:
+        """As :meth:`left_join` with a stream, and records of ``other`` without a partner give
+        ``joiner(None, other_value)``."""
+        return self._join_stream(other, joiner, windows, "outer", key_serde, value_serde, other_value_serde,
+                                 store_name, name)
+
+    def _join(self, other: Any, functions: tuple[Any, ...], kind: str, key_serde: Serde[Any] | None,
+              value_serde: Serde[Any] | None, other_value_serde: Serde[Any] | None, store_name: str | None,
+              name: str | None) -> KStream:
+        method = "left_join" if kind == "left" else "join"
+        if isinstance(other, KStream):
+            if len(functions) != 2:
+                raise TopologyError(f"{method}(stream, joiner, join_windows) takes a joiner and JoinWindows, "
+                                    f"got {functions!r}")
+            return self._join_stream(other, functions[0], functions[1], kind, key_serde, value_serde,
+                                     other_value_serde, store_name, name)
+        if other_value_serde is not None or store_name is not None:
+            raise TopologyError(f"{method}(): other_value_serde and store_name apply to a join with a stream only")
+        if isinstance(other, KTable):
+            if len(functions) != 1 or not callable(functions[0]):
+                raise TopologyError(f"{method}(table, joiner) takes one joiner function, got {functions!r}")
+            return join_table(self, other, functions[0], kind == "left", key_serde, value_serde, name)
+        if isinstance(other, GlobalKTable):
+            if len(functions) != 2 or not all(callable(f) for f in functions):
+                raise TopologyError(f"{method}(global_table, key_mapper, joiner) takes a key mapper and a joiner, "
+                                    f"got {functions!r}")
+            return join_global_table(self, other, functions[0], functions[1], kind == "left", name)
+        raise TopologyError(f"{method}() joins a stream with a KStream, a KTable or a GlobalKTable, got {other!r}")
+
+    def _join_stream(self, other: Any, joiner: Callable[..., Any], windows: Any, kind: str,
+                     key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,
+                     other_value_serde: Serde[Any] | None, store_name: str | None, name: str | None) -> KStream:
+        from streaming.dsl.stream_join import join_streams
+        if not isinstance(other, KStream):
+            raise TopologyError(f"{kind} join: this overload joins two KStreams with JoinWindows, got {other!r}")
+        return join_streams(self, other, joiner, windows, kind, key_serde, value_serde, other_value_serde,
+                            store_name, name)
 
 
 class BranchedKStream:

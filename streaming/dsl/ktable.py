@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from streaming.dsl.builder import StreamsBuilder
     from streaming.dsl.kgrouped import KGroupedTable
     from streaming.dsl.kstream import KStream
+    from streaming.dsl.suppress import Suppressed
 
 
 class KTable:
@@ -151,6 +152,12 @@ class KTable:
         if len(functions) == 2:
             return join_foreign_key(self, other, functions[0], functions[1], kind == "left", materialized, name)
         return join_tables(self, other, functions[0], kind, materialized, name)
+
+    def suppress(self, suppressed: Suppressed, name: str | None = None) -> KTable:
+        """Hold updates back: one final result per window (``Suppressed.until_window_closes()``) or a key's
+        latest value after a time limit (``Suppressed.until_time_limit(...)``); see :mod:`streaming.dsl.suppress`."""
+        from streaming.dsl.suppress import suppress
+        return suppress(self, suppressed, name)
 
     def group_by(self, selector: Callable[[Any, Any], tuple[Any, Any]], key_serde: Serde[Any] | None = None,
                  value_serde: Serde[Any] | None = None, name: str | None = None) -> KGroupedTable:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from streaming.errors import TopologyError
 from streaming.naming import check_store_name
 from streaming.serdes import Serde
 from streaming.state.stores import KeyValueBytesStoreSupplier, KeyValueStoreBuilder, Stores
+from streaming.windows.specs import duration_ms
 
 STORE_TYPES = ("rocksdb", "in_memory")
 
@@ -37,6 +39,7 @@ class Materialized:
     caching_enabled: bool = True
     store_type: str = "rocksdb"
     supplier: KeyValueBytesStoreSupplier | None = None
+    retention_ms: int | None = None  # window and session stores only (default: window size + grace)
 
     @classmethod
     def as_(cls, store: str | KeyValueBytesStoreSupplier) -> Materialized:
@@ -70,6 +73,11 @@ class Materialized:
     def with_caching_disabled(self) -> Materialized:
         """Forward every update downstream, not one per key per commit."""
         return dataclasses.replace(self, caching_enabled=False)
+
+    def with_retention(self, retention: int | timedelta) -> Materialized:
+        """How long a window or session store keeps a window (at least size + grace, the default)."""
+        return dataclasses.replace(self, retention_ms=duration_ms(retention, "Materialized.with_retention: retention",
+                                                                  positive=True))
 
     def with_store_type(self, store_type: str) -> Materialized:
         """``"rocksdb"`` (the default) or ``"in_memory"``."""

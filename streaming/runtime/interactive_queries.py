@@ -44,8 +44,10 @@ from streaming.runtime.query_metadata import (
     HostAnnouncement,
     create_metadata_topic,
 )
+from streaming.runtime.window_queries import ReadOnlySessionStoreView, ReadOnlyWindowStoreView
 from streaming.serdes import Serde
 from streaming.state.stores import KeyValueStoreBuilder
+from streaming.state.windowed_builders import SessionStoreBuilder, WindowStoreBuilder
 from streaming.topology.topology import Subtopology, Topology
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,7 @@ class StoreInfo:
     num_partitions: int
     key_serde: Serde[Any]
     value_serde: Serde[Any]
+    kind: str = "key_value"  # or "window", "session"
     timestamped: bool = False  # stored values carry an 8-byte timestamp prefix (tables, aggregations, joins)
 
     @property
@@ -90,13 +93,21 @@ class StoreInfo:
         return f"{self.subtopology.id}_{partition}"
 
 
+QUERYABLE = (KeyValueStoreBuilder, WindowStoreBuilder, SessionStoreBuilder)
+
+
+def store_kind(builder: Any) -> str:
+    return "window" if isinstance(builder, WindowStoreBuilder) else \
+        "session" if isinstance(builder, SessionStoreBuilder) else "key_value"
+
+
 def key_value_stores(topology: Topology) -> dict[str, Subtopology | None]:
-    """Every queryable key-value store of the topology -> the sub-topology whose tasks hold it (None for a
-    global store)."""
+    """Every queryable store of the topology (key-value, window, session) -> the sub-topology whose tasks
+    hold it (None for a global store)."""
     builders = topology.store_builders
     stores: dict[str, Subtopology | None] = {
         name: sub for sub in topology.subtopologies() for name in sub.stores
-        if isinstance(builders.get(name), KeyValueStoreBuilder)}
+        if isinstance(builders.get(name), QUERYABLE)}
     stores.update({name: None for name, definition in topology.global_stores.items()
                    if isinstance(definition.store_builder, KeyValueStoreBuilder)})
     return stores
@@ -273,11 +284,11 @@ class InteractiveQueries:
         for name, sub in key_value_stores(topology).items():
             sizes = [partition_counts[t] for t in sub.source_topics if t in partition_counts] if sub else []
             builder = builders[name]
-            assert isinstance(builder, KeyValueStoreBuilder)
+            assert isinstance(builder, QUERYABLE)
             self._stores[name] = StoreInfo(name, sub, max(sizes) if sizes else 0,
                                            builder.key_serde or config.default_key_serde,
-                                           builder.value_serde or config.default_value_serde,
-                                           builder.timestamped)
+                                           builder.value_serde or config.default_value_serde, store_kind(builder),
+                                           isinstance(builder, KeyValueStoreBuilder) and builder.timestamped)
         self._publisher: AssignmentPublisher | None = None
         self._reader: AssignmentReader | None = None
         self._reader_lock = threading.Lock()
@@ -326,8 +337,13 @@ class InteractiveQueries:
             raise UnknownStateStoreError(unknown_store_message(name, self._stores))
         return info
 
-    def store(self, name: str) -> ReadOnlyKeyValueStoreView | GlobalStoreView:
+    def store(self, name: str) -> Any:
+        """The view of store ``name``: key-value, global, window or session (by the store's kind)."""
         info = self.store_info(name)
+        if info.kind == "window":
+            return ReadOnlyWindowStoreView(self, info)
+        if info.kind == "session":
+            return ReadOnlySessionStoreView(self, info)
         if info.is_global:
             return GlobalStoreView(self, name, self._global_stores[name])
         return ReadOnlyKeyValueStoreView(self, info)
@@ -432,6 +448,9 @@ class InteractiveQueries:
     def lookup(self, name: str, key: Any) -> KeyLookup:
         """Answer for ``key`` locally, or say who owns it. Raises :class:`UnknownStateStoreError`."""
         info = self.store_info(name)
+        if info.kind != "key_value":
+            return KeyLookup("unavailable", -1, reason=f"store {name!r} is a {info.kind} store: query it with "
+                                                       f"KafkaStreams.store({name!r}).fetch(...) in the worker")
         if info.is_global:
             try:
                 value = GlobalStoreView(self, name, self._global_stores[name]).get(key)

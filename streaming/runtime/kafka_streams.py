@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
 
 from streaming.config import StreamsConfig
 from streaming.errors import (
@@ -21,6 +20,7 @@ from streaming.errors import (
     UnknownStateStoreError,
 )
 from streaming.runtime.changelog_reader import StateRestoreListener
+from streaming.runtime.cluster import cluster_metadata
 from streaming.runtime.global_stream_thread import GlobalStreamThread
 from streaming.runtime.http_server import InteractiveQueryServer
 from streaming.runtime.interactive_queries import (
@@ -214,8 +214,9 @@ class KafkaStreams:
     _iq: InteractiveQueries | None = None
     _iq_server: InteractiveQueryServer | None = None
 
-    def store(self, name: str) -> ReadOnlyKeyValueStoreView | GlobalStoreView:
-        """A read-only view of key-value store ``name`` over this instance's local active tasks.
+    def store(self, name: str) -> Any:
+        """A read-only view of store ``name`` over this instance's local active tasks (window and session
+        stores: :mod:`streaming.runtime.window_queries`, fetch by key and time range).
 
         ``get(key)`` reads the task the key hashes to (None when that task runs elsewhere: ask
         :meth:`metadata_for_key` who has it); ``range``, ``prefix_scan`` and ``all`` merge every local
@@ -329,10 +330,11 @@ class KafkaStreams:
                 f"topics together: sub-topology {multi[0].id} reads {list(multi[0].source_topics)}. Use 'range' "
                 f"(the default), which gives each instance the same partition numbers of every topic.")
 
-    def check_topics(self, timeout: float = 15.0) -> dict[str, int]:
-        """Partition counts of every topic the topology uses; raises if one is missing or mismatched."""
-        admin = AdminClient(self.config.admin_config())
-        metadata = admin.list_topics(timeout=timeout)
+    def check_topics(self, timeout: float = 10.0) -> dict[str, int]:
+        """Partition counts of every topic the topology uses; raises if one is missing or mismatched, and
+        :class:`~streaming.runtime.cluster.ClusterUnreachableError` (naming bootstrap.servers, the cause
+        and the setting to check) when the cluster cannot be reached within ``timeout`` s."""
+        metadata = cluster_metadata(self.config.admin_config(), timeout)
         counts = {name: len(t.partitions) for name, t in metadata.topics.items() if t.error is None}
         internal = self.topology.internal_topics
         missing = [t for t in self.topology.source_topics if t not in counts and t not in internal]

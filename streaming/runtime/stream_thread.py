@@ -23,6 +23,9 @@ from streaming.topology.topology import Topology
 log = logging.getLogger(__name__)
 
 
+WAITING_LOG_S = 5.0
+
+
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -57,6 +60,8 @@ class StreamThread(threading.Thread):
         self._offset_resets = self.tasks.offset_resets()
         self._cooperative = "cooperative" in config.consumer_config().get("partition.assignment.strategy", "")
         self._paused: set[tuple[str, int]] = set()
+        self._waiting_since: float | None = None  # since when the thread waits for an assignment
+        self._last_waiting_log = 0.0
         self.processed = 0
         self.commits = 0
         self.rebalances = 0
@@ -104,7 +109,10 @@ class StreamThread(threading.Thread):
         commit_interval = self.config["commit.interval.ms"]
         next_commit = wall_clock_ms() + commit_interval
         task_of = self.tasks.task_of
+        self._waiting_since = time.monotonic()
         while not self._stopping.is_set():
+            if self._waiting_since is not None:
+                self._log_waiting()
             self.tasks.maintain_standbys()
             if self.tasks.restoring:
                 for task in self.tasks.restore(max_records * 5, min(poll_seconds, 0.01)):
@@ -237,8 +245,19 @@ class StreamThread(threading.Thread):
         self.last_commit_ms = (time.perf_counter() - started) * 1000
 
     # -- rebalance callbacks (called from inside consume) ------------------------------------------------------
+    def _log_waiting(self) -> None:
+        """Say every :data:`WAITING_LOG_S` that the thread still waits for its assignment, and how long."""
+        now = time.monotonic()
+        waited = now - self._waiting_since  # type: ignore[operator]
+        if waited >= WAITING_LOG_S and now - self._last_waiting_log >= WAITING_LOG_S:
+            self._last_waiting_log = now
+            log.info("%s waits for its partition assignment in group %r: %.0f s so far (a group join takes ~3 s "
+                     "on the embedded broker; see the README's broker limits if it takes minutes)", self.name,
+                     self.config.application_id, waited)
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
+        self._waiting_since = None
         final = self._apply_offset_resets(consumer, partitions) if self._offset_resets else partitions
         if self._cooperative:
             consumer.incremental_assign(final)
@@ -266,6 +285,7 @@ class StreamThread(threading.Thread):
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
+        self._waiting_since = time.monotonic()
         self._on_state(self, "REBALANCING")
         pairs = as_pairs(partitions)
         self._paused.difference_update(pairs)

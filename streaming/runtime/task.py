@@ -15,12 +15,13 @@ from streaming.runtime.partition_group import Buffered, PartitionGroup
 from streaming.runtime.punctuation import PunctuationQueue, PunctuationSchedule
 from streaming.runtime.record_collector import UNASSIGNED, RecordCollector
 from streaming.runtime.state_manager import ProcessorStateManager
+from streaming.state.bytes_store import StoreContext
 from streaming.state.caching import CacheBudget
 from streaming.state.changelogging import ChangeLogger
-from streaming.state.bytes_store import StoreContext
 from streaming.timestamps import is_record_time
 from streaming.topology.nodes import Emit, ProcessorNodeDef, SinkNodeDef, SourceNodeDef
 from streaming.topology.topology import Subtopology, Topology
+from streaming.windows.serdes import WindowedSerde
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,10 @@ class StreamTask:
         return emit
 
     def _sink(self, node: SinkNodeDef) -> Emit:
-        serialize_key = (node.key_serde or self.config.default_key_serde).serialize
+        key_serde = node.key_serde or self.config.default_key_serde
+        if isinstance(key_serde, WindowedSerde):  # a windowed table's keys around the default key serde
+            key_serde = key_serde.with_default_inner(self.config.default_key_serde)
+        serialize_key = key_serde.serialize
         serialize_value = (node.value_serde or self.config.default_value_serde).serialize
         send = self._collector.send
         topic = node.topic
@@ -263,8 +267,7 @@ class StreamTask:
                     raise self._invalid_timestamp(message, timestamp)
             else:
                 timestamp = self._extract(source.extractor, key, value, message, partition_time)
-            if timestamp > partition_time:
-                partition_time = timestamp
+            partition_time = max(partition_time, timestamp)
             buffered.append((timestamp, key, value, message))
         queue.partition_time = partition_time
         self.group.add(tp, buffered)  # type: ignore[union-attr]
@@ -285,8 +288,7 @@ class StreamTask:
                     break
                 timestamp, key, value, message = group.pop(queue)
                 self.current = message
-                if timestamp > self.stream_time:
-                    self.stream_time = timestamp
+                self.stream_time = max(self.stream_time, timestamp)
                 self.current_timestamp = timestamp
                 self._sources[queue.topic].emit(key, value, timestamp, message.headers())
                 self.consumed[(queue.topic, queue.partition)] = message.offset() + 1

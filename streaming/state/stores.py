@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from streaming.naming import check_store_name
 from streaming.serdes import Serde
@@ -11,6 +12,14 @@ from streaming.state.bytes_store import BytesStore
 from streaming.state.keyvalue import TimestampedTypedKeyValueStore, TypedKeyValueStore
 from streaming.state.memory import InMemoryBytesStore
 from streaming.state.rocksdb import RocksDBBytesStore
+
+if TYPE_CHECKING:
+    from streaming.state.windowed_builders import (
+        SessionBytesStoreSupplier,
+        SessionStoreBuilder,
+        WindowBytesStoreSupplier,
+        WindowStoreBuilder,
+    )
 
 
 class KeyValueBytesStoreSupplier:
@@ -112,3 +121,55 @@ class Stores:
         """A builder of key-value stores that keep each value's timestamp (``get_with_timestamp``), the
         kind the DSL's tables and aggregations use."""
         return KeyValueStoreBuilder(supplier, key_serde, value_serde, timestamped=True)
+
+    # -- window and session stores (streaming.state.window, streaming.state.session) ------------------------------
+    @staticmethod
+    def persistent_window_store(name: str, retention: int | timedelta, window_size: int | timedelta,
+                                retain_duplicates: bool = False) -> WindowBytesStoreSupplier:
+        """A window store in RocksDB, one database per time segment (segments of half the retention, at
+        least a minute), windows older than ``retention`` dropped a segment at a time.
+        ``retain_duplicates`` keeps every put (what join buffers need)."""
+        return _window_supplier(name, retention, window_size, retain_duplicates, persistent=True)
+
+    @staticmethod
+    def in_memory_window_store(name: str, retention: int | timedelta, window_size: int | timedelta,
+                               retain_duplicates: bool = False) -> WindowBytesStoreSupplier:
+        """A window store in memory (restored from its changelog), segmented as the persistent one."""
+        return _window_supplier(name, retention, window_size, retain_duplicates, persistent=False)
+
+    @staticmethod
+    def window_store_builder(supplier: WindowBytesStoreSupplier, key_serde: Serde[Any] | None = None,
+                             value_serde: Serde[Any] | None = None) -> WindowStoreBuilder:
+        """A builder of window stores (values keep their timestamps); logging on, caching off by default."""
+        from streaming.state.windowed_builders import WindowStoreBuilder
+        return WindowStoreBuilder(supplier, key_serde, value_serde)
+
+    @staticmethod
+    def persistent_session_store(name: str, retention: int | timedelta) -> SessionBytesStoreSupplier:
+        """A session store in RocksDB, segmented by session end; sessions that ended more than
+        ``retention`` before the store's stream time are dropped."""
+        from streaming.state.windowed_builders import SessionBytesStoreSupplier
+        return SessionBytesStoreSupplier(name, _millis(retention, "retention"), persistent=True)
+
+    @staticmethod
+    def in_memory_session_store(name: str, retention: int | timedelta) -> SessionBytesStoreSupplier:
+        from streaming.state.windowed_builders import SessionBytesStoreSupplier
+        return SessionBytesStoreSupplier(name, _millis(retention, "retention"), persistent=False)
+
+    @staticmethod
+    def session_store_builder(supplier: SessionBytesStoreSupplier, key_serde: Serde[Any] | None = None,
+                              value_serde: Serde[Any] | None = None) -> SessionStoreBuilder:
+        from streaming.state.windowed_builders import SessionStoreBuilder
+        return SessionStoreBuilder(supplier, key_serde, value_serde)
+
+
+def _millis(value: int | timedelta, what: str) -> int:
+    from streaming.windows.specs import duration_ms
+    return duration_ms(value, what, positive=True)
+
+
+def _window_supplier(name: str, retention: int | timedelta, window_size: int | timedelta, retain_duplicates: bool,
+                     persistent: bool) -> WindowBytesStoreSupplier:
+    from streaming.state.windowed_builders import WindowBytesStoreSupplier
+    return WindowBytesStoreSupplier(name, _millis(retention, "retention"), _millis(window_size, "window_size"),
+                                    retain_duplicates, persistent)

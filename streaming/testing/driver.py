@@ -18,6 +18,8 @@ from streaming.runtime.task import StreamTask
 from streaming.serdes import Serde
 from streaming.state.api import KeyValueStore, StateStore, TimestampedKeyValueStore
 from streaming.state.caching import CacheBudget
+from streaming.state.session import TypedSessionStore
+from streaming.state.window import TimestampedTypedWindowStore
 from streaming.testing.topics import TestInputTopic, TestOutputTopic, TestRecord
 from streaming.topology.topology import Topology
 
@@ -191,6 +193,20 @@ class TopologyTestDriver:
         store = self.get_state_store(name)
         if not isinstance(store, TimestampedKeyValueStore):
             raise TypeError(f"state store {name!r} is a {type(store).__name__}, not a timestamped key-value store")
+        return store
+
+    def get_window_store(self, name: str) -> TimestampedTypedWindowStore:
+        """A window store (windowed aggregations, join buffers): ``fetch(key, from, to)``, ``fetch_all``, ..."""
+        store = self.get_state_store(name)
+        if not isinstance(store, TimestampedTypedWindowStore):
+            raise TypeError(f"state store {name!r} is a {type(store).__name__}, not a window store")
+        return store
+
+    def get_session_store(self, name: str) -> TypedSessionStore:
+        """A session store (session-windowed aggregations): ``fetch(key)``, ``find_sessions``, ..."""
+        store = self.get_state_store(name)
+        if not isinstance(store, TypedSessionStore):
+            raise TypeError(f"state store {name!r} is a {type(store).__name__}, not a session store")
         return store
 
     def get_all_state_stores(self) -> dict[str, StateStore]:

@@ -51,3 +51,15 @@ def test_a_group_of_internal_topics_only_takes_the_highest_count_among_them() ->
     clicks.join(views, lambda c, v: c + v)
     assert sizes(builder, {"clicks": 4, "views": 7}) == {
         "app-by-user-repartition": 7, "app-views-by-user-repartition": 7, "app-c-changelog": 7, "app-v-changelog": 7}
+
+
+def test_a_stream_stream_join_names_its_inputs_and_sizes_a_repartition_by_the_other_stream() -> None:
+    from streaming import JoinWindows
+    builder = StreamsBuilder()
+    clicks = builder.stream("clicks").select_key(lambda k, v: v["user"])
+    clicks.join(builder.stream("views"), lambda c, v: c, JoinWindows.of(1000), name="clicks-views")
+    topology = builder.build().bind("app")
+    assert [(g.operation, g.topics) for g in topology.copartition_groups] == [
+        ("stream-stream join 'clicks-views'", ("app-clicks-views-left-repartition", "views"))]
+    sizes = internal_topic_partitions(topology, "app", {"clicks": 6, "views": 4})
+    assert sizes["app-clicks-views-left-repartition"] == 4

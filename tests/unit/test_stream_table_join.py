@@ -139,8 +139,12 @@ def test_join_arguments_are_checked() -> None:
     users, stream = users_table(builder), builder.stream("orders")
     with pytest.raises(TopologyError, match=r"join\(table, joiner\) takes one joiner"):
         stream.join(users, lambda k, v: k, enrich)
-    with pytest.raises(TopologyError, match="with a KTable or a GlobalKTable"):
+    with pytest.raises(TopologyError, match="with a KStream, a KTable or a GlobalKTable"):
+        stream.join("users", enrich)  # type: ignore[arg-type]
+    with pytest.raises(TopologyError, match="takes a joiner and JoinWindows"):
         stream.join(stream, enrich)
+    with pytest.raises(TopologyError, match="store_name apply to a join with a stream only"):
+        stream.join(users, enrich, store_name="s")
     with pytest.raises(TopologyError, match="different StreamsBuilders"):
         stream.join(users_table(StreamsBuilder()), enrich)
 

@@ -23,11 +23,8 @@ CONFIG = {"application.id": "driver-test"}
 
 # -- the DESIGN.md example -----------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=(ImportError, AttributeError),
-                   reason="DESIGN.md's example imports the window classes (TimeWindows, ...), which are not "
-                          "built yet (its stateful part runs in test_dsl_stateful.py)")
 def test_design_example_verbatim() -> None:
-    from streaming import (  # noqa: F401  # noqa: F401
+    from streaming import (  # noqa: F401
         JoinWindows,
         KafkaStreams,
         Serdes,

@@ -1,0 +1,99 @@
+"""``brook status APPLICATION_ID``: an app's instances, tasks and owners, and its lag per input partition.
+
+Lag is the group's committed offset against each partition's end, read from fetched high watermarks
+(never ListOffsets "latest", which the embedded broker answers wrongly). Instances and their tasks come
+from the ``<application.id>-metadata`` topic, where every instance with ``application.server`` announces
+its assignment (the group protocol carries no assignment Python can read, and the embedded broker's
+DescribeGroups lists no members).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from streaming.admin import watermarks
+from streaming.cli.connection import BootstrapOption, ConfigOption, SetOption, client_config
+from streaming.naming import REPARTITION_SUFFIX, metadata_topic
+from streaming.runtime.cluster import cluster_metadata
+from streaming.runtime.query_metadata import HostAnnouncement, decode_announcement
+
+
+def status(
+    application_id: Annotated[str, typer.Argument(help="The app's application.id (its consumer group).")],
+    bootstrap: BootstrapOption = None, config: ConfigOption = None, overrides: SetOption = None,
+) -> None:
+    """Instances, tasks and lag of a stream application."""
+    settings = client_config(bootstrap, config, overrides)
+    topics = cluster_metadata(settings).topics
+    committed = _committed(settings, application_id)
+    if not committed and metadata_topic(application_id) not in topics:
+        raise typer.BadParameter(f"no application {application_id!r} on {settings['bootstrap.servers']}: its group "
+                                 f"has no committed offsets and it announced no instances", param_hint="APPLICATION_ID")
+    instances = _announcements(settings, metadata_topic(application_id)) \
+        if metadata_topic(application_id) in topics else {}
+    typer.echo(f"application {application_id}")
+    if instances:
+        typer.echo(f"instances ({len(instances)}, as announced on {metadata_topic(application_id)}):")
+        for host, announcement in sorted(instances.items()):
+            assignment = announcement.assignment
+            typer.echo(f"  {host}  {announcement.state:<11} active tasks {', '.join(assignment.active_tasks) or '-'};"
+                       f" standby tasks {', '.join(assignment.standby_tasks) or '-'}")
+    else:
+        typer.echo("instances: none announced (instances announce only with application.server set)")
+    owners = {(topic, partition): host for host, a in instances.items()
+              for topic, partitions in a.assignment.active.items() for partition in partitions}
+    consumed = sorted({topic for topic, _ in committed} | {topic for topic, _ in owners}, key=lambda t: (
+        t.endswith(REPARTITION_SUFFIX), t))  # inputs first, then repartition topics
+    partitions = [(topic, p) for topic in consumed if topic in topics for p in sorted(topics[topic].partitions)]
+    ends = watermarks(settings["bootstrap.servers"], partitions, client_config=settings) if partitions else {}
+    rows = [(f"{topic}[{p}]", committed.get((topic, p)), ends[(topic, p)][1], owners.get((topic, p), "-"))
+            for topic, p in partitions]
+    width = max([len("partition"), *(len(name) for name, *_ in rows)])
+    typer.echo(f"{'partition':<{width}}  {'committed':>9}  {'end':>9}  {'lag':>9}  owner")
+    total = 0
+    for name, done, end, owner in rows:
+        lag = end - (done or 0)
+        total += lag
+        typer.echo(f"{name:<{width}}  {'-' if done is None else done:>9}  {end:>9}  {lag:>9}  {owner}")
+    typer.echo(f"total lag: {total:,} records")
+
+
+def _committed(settings: dict[str, Any], group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offset of every partition it committed."""
+    admin = AdminClient(settings)
+    future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+    result = future.result(timeout=30)
+    return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
+            if tp.offset >= 0 and tp.error is None}
+
+
+def _announcements(settings: dict[str, Any], topic: str) -> dict[str, HostAnnouncement]:
+    """The latest announcement per host (tombstoned hosts removed)."""
+    consumer = Consumer({**settings, "group.id": "brook-status", "enable.auto.commit": False,
+                         "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+    latest: dict[str, HostAnnouncement] = {}
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        while True:
+            messages = consumer.consume(1000, 1.0)
+            if any(m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF for m in messages):
+                messages = [m for m in messages if m.error() is None]
+                done = True
+            else:
+                done = not messages
+            for message in messages:
+                if message.error() is not None:
+                    continue
+                host = (message.key() or b"").decode()
+                if message.value() is None:
+                    latest.pop(host, None)
+                else:
+                    latest[host] = decode_announcement(message.value(), message.offset())
+            if done:
+                return latest
+    finally:
+        consumer.close()

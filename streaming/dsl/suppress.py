@@ -1,0 +1,250 @@
+"""``KTable.suppress``: hold a table's updates back and forward them later (Kafka Streams' KIP-328).
+
+- ``Suppressed.until_window_closes(buffer_config)``: for a windowed table, forward exactly one result
+  per window, its final one, once stream time reaches ``window end + grace`` (sessions: ``end + gap +
+  grace``) — when the window closes and the aggregation takes no more records for it.
+- ``Suppressed.until_time_limit(time_to_wait, buffer_config)``: forward a key's latest value once stream
+  time is ``time_to_wait`` past the timestamp of the key's first held update (rate limiting).
+
+Time here is the suppression's own stream time, as in Kafka Streams: the highest timestamp of the
+updates that reached it (an aggregate's timestamp is its window's highest record timestamp). Not the
+task's: with a record cache upstream, a window's last update may still sit in the cache while the task's
+stream time has already passed the window's close, and only the updates' own timestamps say what has
+arrived. The buffer is checked when an update reaches it, so a final result leaves when a later update
+comes through (after a restart, from the first update on).
+
+The buffer is a store with a changelog (``<application.id>-<store>-changelog``, the store named
+``<name>-store`` when ``Suppressed.with_name(name)`` is given): an update is held in the store and a
+forwarded one deleted from it, in the same commit as the input offsets, so a restart neither loses
+nor repeats a final result. Held updates keep their key, value and timestamp; their headers are not
+kept (forwarded results carry none). A final result that is a delete (the window's aggregate was
+removed) is not forwarded, as Kafka Streams drops such tombstones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import struct
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from streaming.dsl.change import Change, decode_change, encode_change
+from streaming.errors import StreamsError, TopologyError
+from streaming.runtime.context import fan_out
+from streaming.serdes import Serdes
+from streaming.state.stores import KeyValueStoreBuilder, Stores
+from streaming.topology.nodes import Emit
+from streaming.windows.serdes import WindowedSerde
+from streaming.windows.specs import duration_ms
+
+if TYPE_CHECKING:
+    from streaming.dsl.ktable import KTable
+
+_TIMES = struct.Struct(">qq")  # buffer time, record timestamp
+
+
+@dataclass(frozen=True)
+class BufferConfig:
+    """How much a suppression buffer may hold, and what happens when it is full.
+
+    ``unbounded()``: no limit. ``max_records(n)`` / ``max_bytes(n)``: a limit, and by default the oldest
+    held updates are forwarded early when it is exceeded (``emit_early_when_full()``);
+    ``shut_down_when_full()`` makes a full buffer stop the application with an error instead.
+    """
+
+    max_records_count: int | None = None
+    max_bytes_count: int | None = None
+    shut_down: bool = True
+
+    @staticmethod
+    def unbounded() -> BufferConfig:
+        return BufferConfig(None, None, True)
+
+    @staticmethod
+    def max_records(records: int) -> BufferConfig:
+        return BufferConfig(_positive(records, "BufferConfig.max_records: records"), None, False)
+
+    @staticmethod
+    def max_bytes(max_bytes: int) -> BufferConfig:
+        return BufferConfig(None, _positive(max_bytes, "BufferConfig.max_bytes: max_bytes"), False)
+
+    def with_max_records(self, records: int) -> BufferConfig:
+        return dataclasses.replace(self, max_records_count=_positive(records, "BufferConfig.with_max_records: records"))
+
+    def with_max_bytes(self, max_bytes: int) -> BufferConfig:
+        return dataclasses.replace(self, max_bytes_count=_positive(max_bytes, "BufferConfig.with_max_bytes: max_bytes"))
+
+    def emit_early_when_full(self) -> BufferConfig:
+        return dataclasses.replace(self, shut_down=False)
+
+    def shut_down_when_full(self) -> BufferConfig:
+        return dataclasses.replace(self, shut_down=True)
+
+    @property
+    def bounded(self) -> bool:
+        return self.max_records_count is not None or self.max_bytes_count is not None
+
+
+def _positive(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{what} must be a positive int, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Suppressed:
+    """A suppression: ``until_window_closes`` or ``until_time_limit`` (see the module doc)."""
+
+    final_results: bool
+    time_to_wait_ms: int
+    buffer_config: BufferConfig
+    name: str | None = None
+
+    BufferConfig = BufferConfig
+
+    @staticmethod
+    def until_window_closes(buffer_config: BufferConfig | None = None) -> Suppressed:
+        """One final result per window (``buffer_config``: unbounded by default; a bounded one must
+        ``shut_down_when_full()``, since emitting early would not be final)."""
+        config = buffer_config or BufferConfig.unbounded()
+        if config.bounded and not config.shut_down:
+            raise ValueError("Suppressed.until_window_closes: a bounded buffer must shut_down_when_full() (emitting "
+                             "early would forward results that are not final)")
+        return Suppressed(True, 0, config)
+
+    @staticmethod
+    def until_time_limit(time_to_wait: int | timedelta, buffer_config: BufferConfig) -> Suppressed:
+        """A key's latest value, ``time_to_wait`` (stream time) after its first held update."""
+        if not isinstance(buffer_config, BufferConfig):
+            raise ValueError(f"Suppressed.until_time_limit: buffer_config must be a BufferConfig, got {buffer_config!r}")
+        return Suppressed(False, duration_ms(time_to_wait, "Suppressed.until_time_limit: time_to_wait",
+                                             positive=False), buffer_config)
+
+    def with_name(self, name: str) -> Suppressed:
+        """Name the node; its buffer store is ``<name>-store``."""
+        return dataclasses.replace(self, name=name)
+
+
+class SuppressOperator:
+    """The suppression node (see the module doc). ``delay_ms``: how far stream time must pass an entry's
+    buffer time (window end for final results, first update's timestamp otherwise) to forward it."""
+
+    def __init__(self, suppressed: Suppressed, store_name: str, delay_ms: int, key_serde: Any,
+                 value_serde: Any) -> None:
+        self.suppressed = suppressed
+        self.store_name = store_name
+        self.delay_ms = delay_ms
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.send_old_values = False
+
+    def compile(self, children: dict[str, Emit], context: Any) -> Emit:
+        downstream = fan_out(list(children.values()))
+        store = context.get_state_store(self.store_name)
+        key_serde = self.key_serde or context.default_key_serde
+        if isinstance(key_serde, WindowedSerde):
+            key_serde = key_serde.with_default_inner(context.default_key_serde)
+        value_serde = self.value_serde or context.default_value_serde
+        kser, kde, vser, vde = key_serde.serialize, key_serde.deserialize, value_serde.serialize, value_serde.deserialize
+        final, delay, send_old = self.suppressed.final_results, self.delay_ms, self.send_old_values
+        config = self.suppressed.buffer_config
+        max_records, max_bytes, shut_down = config.max_records_count, config.max_bytes_count, config.shut_down
+        name = self.store_name
+
+        # The held updates: key bytes -> (buffer time, record timestamp, stored bytes); a heap orders them
+        # by buffer time (entries whose buffer time changed are skipped when popped).
+        held: dict[bytes, tuple[int, int, bytes]] = {}
+        queue: list[tuple[int, bytes]] = []
+        size = [0]
+        observed = [-1]  # the highest update timestamp seen: this node's stream time
+        for raw, data in store.all():  # what the changelog restored
+            buffer_time, timestamp = _TIMES.unpack_from(data)
+            held[raw] = (buffer_time, timestamp, data)
+            queue.append((buffer_time, raw))
+            size[0] += len(raw) + len(data)
+        heapq.heapify(queue)
+
+        def forward(raw: bytes, timestamp: int, data: bytes) -> None:
+            new_raw, old_raw = decode_change(data[16:])
+            if new_raw is None and final:
+                return
+            downstream(kde(raw), Change(None if new_raw is None else vde(new_raw),
+                                        None if old_raw is None else vde(old_raw)), timestamp, None)
+
+        def evict_one() -> None:
+            buffer_time, raw = heapq.heappop(queue)
+            entry = held.get(raw)
+            if entry is None or entry[0] != buffer_time:
+                return
+            del held[raw]
+            size[0] -= len(raw) + len(entry[2])
+            store.delete(raw)
+            forward(raw, entry[1], entry[2])
+
+        def full() -> bool:
+            return (max_records is not None and len(held) > max_records) or \
+                (max_bytes is not None and size[0] > max_bytes)
+
+        def suppress(key: Any, change: Change, timestamp: int, headers: Any) -> None:
+            raw = kser(key)
+            previous = held.get(raw)
+            if previous is None:
+                buffer_time = key[1][1] if final else timestamp
+                old_raw = None if change[1] is None or not send_old else vser(change[1])
+            else:
+                buffer_time = previous[0]
+                old_raw = decode_change(previous[2][16:])[1]
+                size[0] -= len(raw) + len(previous[2])
+            new_raw = None if change[0] is None else vser(change[0])
+            data = _TIMES.pack(buffer_time, timestamp) + encode_change(new_raw, old_raw)
+            held[raw] = (buffer_time, timestamp, data)
+            size[0] += len(raw) + len(data)
+            store.put(raw, data)
+            if previous is None:
+                heapq.heappush(queue, (buffer_time, raw))
+            observed[0] = max(observed[0], timestamp)
+            expiry = observed[0] - delay
+            while queue and queue[0][0] <= expiry:
+                evict_one()
+            if full():
+                if shut_down:
+                    raise StreamsError(f"suppression buffer {name!r} is full ({len(held)} records, {size[0]} bytes; "
+                                       f"limits: records={max_records}, bytes={max_bytes}) and is set to "
+                                       f"shut_down_when_full(); give it a larger BufferConfig")
+                while queue and full():
+                    evict_one()
+        return suppress
+
+
+def close_delay(table: KTable) -> int:
+    """How long after its end a window of ``table`` closes: the grace (plus the gap for sessions) of the
+    windowed aggregation that made it. TopologyError if the table is not windowed."""
+    current: KTable | None = table
+    while current is not None:
+        delay = getattr(current._operator, "close_delay_ms", None)
+        if delay is not None:
+            return delay
+        current = current._parents[0] if len(current._parents) == 1 else None  # a filter or map_values, not a join
+    raise TopologyError("suppress(Suppressed.until_window_closes()) needs a windowed table (the result of "
+                        "windowed_by(...).count/reduce/aggregate, possibly filtered or mapped)")
+
+
+def suppress(table: KTable, suppressed: Suppressed, name: str | None) -> KTable:
+    """Add the suppression node and its buffer store after ``table`` (``KTable.suppress``)."""
+    from streaming.dsl.ktable import KTable
+    if not isinstance(suppressed, Suppressed):
+        raise TopologyError(f"suppress needs a Suppressed (Suppressed.until_window_closes() or "
+                            f"Suppressed.until_time_limit(...)), got {suppressed!r}")
+    builder = table._builder
+    node = name or suppressed.name or builder._new_name("SUPPRESS", prefix="KTABLE")
+    store_name = f"{suppressed.name}-store" if suppressed.name else builder._new_store_name("KTABLE-SUPPRESS-")
+    delay = close_delay(table) if suppressed.final_results else suppressed.time_to_wait_ms
+    store: KeyValueStoreBuilder = Stores.key_value_store_builder(
+        Stores.in_memory_key_value_store(store_name), Serdes.Bytes(), Serdes.Bytes())
+    builder.topology.add_state_store(store)
+    operator = SuppressOperator(suppressed, store_name, delay, table.key_serde, table.value_serde)
+    builder.topology.add_operator(node, operator, table._node)
+    builder.topology.connect_processor_and_state_stores(node, store_names=[store_name])
+    return KTable(builder, node, table.key_serde, table.value_serde, None, operator, parent=table)

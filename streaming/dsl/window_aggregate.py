@@ -1,0 +1,301 @@
+"""Windowed aggregations: ``count``, ``reduce`` and ``aggregate`` of a stream grouped and windowed by
+``TimeWindows`` (tumbling, hopping), ``SessionWindows`` or ``SlidingWindows``, into a window or session
+store, forwarding ``Change(new, old)`` keyed by ``Windowed(key, window)``.
+
+Closing (Kafka Streams 3.x): stream time is the task's highest record timestamp, this record's
+included. A time window is closed once ``end <= stream time - grace`` (a session once ``end < stream
+time - grace - gap``; a sliding window as time windows, its end inclusive). A record is dropped from
+each closed window it falls in: the task's ``dropped_records`` counts it (once per closed window, as
+Kafka Streams' dropped-records sensor), a debug log names its topic, partition and offset, and if the
+windowing was given a ``late_records_topic`` the record goes there (once, as it came in).
+
+Result timestamps: the highest record timestamp in the window (``max(record, previous aggregate)``);
+a session's is its end, which is the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from streaming.dsl.change import Change
+from streaming.runtime.context import fan_out
+from streaming.topology.nodes import Emit
+from streaming.windows.specs import SessionWindows, SlidingWindows, TimeWindows
+from streaming.windows.window import Window, Windowed
+
+Step = Callable[[Any, Any, Any], Any]  # step(key, value, old aggregate or None) -> new aggregate
+
+
+def aggregation_step(kind: str, initializer: Callable[[], Any] | None, function: Callable[..., Any] | None) -> Step:
+    """The update of one aggregate by one value, for ``count``, ``reduce`` or ``aggregate``."""
+    if kind == "count":
+        return lambda key, value, old: 1 if old is None else old + 1
+    if kind == "reduce":
+        assert function is not None
+        return lambda key, value, old: value if old is None else function(old, value)
+    if kind == "aggregate":
+        assert function is not None and initializer is not None
+        return lambda key, value, old: function(key, value, initializer() if old is None else old)
+    raise ValueError(f"unknown aggregation {kind!r}")
+
+
+class _WindowedOperator:
+    """An aggregation node owning window/session store ``store_name``; ``late_sink`` is the name of its
+    child sink for late records, if the user asked for one."""
+
+    def __init__(self, store_name: str, late_sink: str | None) -> None:
+        self.store_name = store_name
+        self.late_sink = late_sink
+        self.send_old_values = False
+
+    def _connect(self, children: dict[str, Emit], context: Any) -> tuple[Any, Emit, Emit | None, bool]:
+        """The store, the downstream function, the late-records sink, whether the store caches."""
+        store = context.get_state_store(self.store_name)
+        late = children.get(self.late_sink) if self.late_sink is not None else None
+        downstream = fan_out([emit for name, emit in children.items() if name != self.late_sink])
+
+        def on_flush(windowed: Windowed, new: Any, old: Any, timestamp: int, headers: Any) -> None:
+            downstream(windowed, Change(new, old), timestamp, headers)
+        cached = store.set_flush_listener(on_flush, self.send_old_values)
+        return store, downstream, late, cached
+
+
+class TimeWindowAggregate(_WindowedOperator):
+    """Tumbling and hopping windows (Kafka Streams' ``KStreamWindowAggregate``): a record updates every
+    open window containing it (see the module doc for closing and timestamps)."""
+
+    def __init__(self, store_name: str, windows: TimeWindows, kind: str, initializer: Callable[[], Any] | None = None,
+                 function: Callable[..., Any] | None = None, late_sink: str | None = None) -> None:
+        super().__init__(store_name, late_sink)
+        self.windows = windows
+        self.step = aggregation_step(kind, initializer, function)
+
+    @property
+    def close_delay_ms(self) -> int:
+        """How long after a window's end it closes (what ``suppress(until_window_closes)`` waits)."""
+        return self.windows.grace_ms
+
+    def compile(self, children: dict[str, Emit], context: Any) -> Emit:
+        store, downstream, late, cached = self._connect(children, context)
+        fetch, put, drop = store.fetch_with_timestamp, store.put_with_timestamp, context.record_dropped
+        step, send_old, grace = self.step, self.send_old_values, self.windows.grace_ms
+        size, advance = self.windows.size_ms, self.windows.advance_ms
+        windows_for = self.windows.windows_for
+        tumbling = size == advance
+
+        def time_window_aggregate(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if key is None or value is None:
+                drop("null key" if key is None else "null value")
+                return
+            close = context.current_stream_time_ms - grace
+            if tumbling:
+                start = timestamp - timestamp % size
+                windows = ((start, start + size),)
+            else:
+                windows = windows_for(timestamp)
+            dropped = False
+            for start, end in windows:
+                if end <= close:
+                    drop(f"record at {timestamp} for closed window [{start}, {end}) (stream time - grace = {close})")
+                    dropped = True
+                    continue
+                old = fetch(key, start)
+                if old is None:
+                    new, new_timestamp = step(key, value, None), timestamp
+                else:
+                    new = step(key, value, old[0])
+                    new_timestamp = max(timestamp, old[1])
+                put(key, new, new_timestamp, start, headers)
+                if not cached:
+                    downstream(Windowed(key, Window(start, end)),
+                               Change(new, old[0] if send_old and old is not None else None), new_timestamp, headers)
+            if dropped and late is not None:
+                late(key, value, timestamp, headers)
+        return time_window_aggregate
+
+
+class SessionWindowAggregate(_WindowedOperator):
+    """Session windows (Kafka Streams' ``KStreamSessionWindowAggregate``). A record at ``t`` finds the
+    key's sessions within ``gap`` of it; they and the record merge into one session (``merger(key,
+    agg1, agg2)`` combines their aggregates, then the record is aggregated in). Every session merged
+    away is removed from the store and retracted downstream with a tombstone (``Change(None, old)``)
+    before the merged session is forwarded. A record whose merged session would already be closed is
+    dropped (see the module doc)."""
+
+    def __init__(self, store_name: str, windows: SessionWindows, kind: str, initializer: Callable[[], Any] | None,
+                 function: Callable[..., Any] | None, merger: Callable[[Any, Any, Any], Any] | None,
+                 late_sink: str | None = None) -> None:
+        super().__init__(store_name, late_sink)
+        self.windows = windows
+        self.step = aggregation_step(kind, initializer, function)
+        # Merging starts from the initializer for ``aggregate`` (as Kafka Streams); count and reduce
+        # start from the first session's aggregate.
+        self.merge_start = initializer if kind == "aggregate" else None
+        if merger is None:  # count and reduce merge like they aggregate
+            merger = (lambda key, a, b: a + b) if kind == "count" else (lambda key, a, b: function(a, b))  # type: ignore[misc]
+        self.merger = merger
+
+    @property
+    def close_delay_ms(self) -> int:
+        return self.windows.grace_ms + self.windows.gap_ms
+
+    def compile(self, children: dict[str, Emit], context: Any) -> Emit:
+        store, downstream, late, cached = self._connect(children, context)
+        find, put, drop = store.find_sessions, store.put, context.record_dropped
+        step, merger, send_old = self.step, self.merger, self.send_old_values
+        gap, delay, merge_start = self.windows.gap_ms, self.close_delay_ms, self.merge_start
+
+        def session_aggregate(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if key is None or value is None:
+                drop("null key" if key is None else "null value")
+                return
+            close = context.current_stream_time_ms - delay
+            start = end = timestamp
+            merged = list(find(key, timestamp - gap, timestamp + gap, True))
+            aggregate = merge_start() if merge_start is not None and merged else None
+            for session, session_aggregate in merged:
+                aggregate = session_aggregate if aggregate is None else merger(key, aggregate, session_aggregate)
+                start = min(start, session[1][0])
+                end = max(end, session[1][1])
+            if end < close:
+                drop(f"record at {timestamp} for closed session [{start}, {end}] (stream time - grace - gap = {close})")
+                if late is not None:
+                    late(key, value, timestamp, headers)
+                return
+            window = Window(start, end)
+            for session, session_aggregate in merged:
+                if session[1] == window:
+                    continue  # the record falls inside this session: it is updated, not retracted
+                put(session, None, headers)
+                if not cached:
+                    downstream(session, Change(None, session_aggregate if send_old else None), session[1][1], headers)
+            previous = next((a for s, a in merged if s[1] == window), None)
+            new = step(key, value, aggregate)
+            put(Windowed(key, window), new, headers)
+            if not cached:
+                downstream(Windowed(key, window), Change(new, previous if send_old else None), end, headers)
+        return session_aggregate
+
+
+class SlidingWindowAggregate(_WindowedOperator):
+    """Sliding windows (KIP-450, Kafka Streams' ``KStreamSlidingWindowAggregate``). For a record at ``t``
+    the key's windows starting in ``[t - 2 * max_difference, t + 1]`` are read: every open one that
+    contains ``t`` is updated; the record's own left window ``[t - d, t]`` is created (from the
+    aggregate of the window just before it when that window's records reach into it), as are the right
+    window of the previous record (``[prev + 1, prev + 1 + d]``, if ``t`` falls in it) and the record's
+    own right window (a copy of the aggregate of the later records within ``d``). Records earlier than
+    ``d`` share the window ``[0, d]``. A record more than ``d + grace`` behind stream time is dropped
+    whole; otherwise each closed window it would update counts one drop."""
+
+    def __init__(self, store_name: str, windows: SlidingWindows, kind: str, initializer: Callable[[], Any] | None,
+                 function: Callable[..., Any] | None, late_sink: str | None = None) -> None:
+        super().__init__(store_name, late_sink)
+        self.windows = windows
+        self.step = aggregation_step(kind, initializer, function)
+
+    @property
+    def close_delay_ms(self) -> int:
+        return self.windows.grace_ms
+
+    def compile(self, children: dict[str, Emit], context: Any) -> Emit:
+        store, downstream, late, cached = self._connect(children, context)
+        fetch, put, drop = store.fetch_timestamped, store.put_with_timestamp, context.record_dropped
+        step, send_old = self.step, self.send_old_values
+        diff, grace = self.windows.time_difference_ms, self.windows.grace_ms
+
+        def update(key: Any, value: Any, timestamp: int, headers: Any, start: int, old: Any, old_timestamp: int,
+                   close: int) -> bool:
+            """Aggregate the record into window ``[start, start + diff]`` holding ``old`` (None: empty)."""
+            end = start + diff
+            if end <= close:
+                drop(f"record at {timestamp} for closed sliding window [{start}, {end}] (stream time - grace = {close})")
+                return False
+            new = step(key, value, old)
+            new_timestamp = max(timestamp, old_timestamp)
+            put(key, new, new_timestamp, start, headers)
+            if not cached:
+                downstream(Windowed(key, Window(start, end)), Change(new, old if send_old else None), new_timestamp,
+                           headers)
+            return True
+
+        def copy_right_window(key: Any, timestamp: int, aggregate: Any, aggregate_timestamp: int, headers: Any) -> None:
+            start = timestamp + 1
+            put(key, aggregate, aggregate_timestamp, start, headers)
+            if not cached:
+                downstream(Windowed(key, Window(start, start + diff)), Change(aggregate, None), aggregate_timestamp,
+                           headers)
+
+        def early(key: Any, value: Any, timestamp: int, headers: Any, close: int) -> bool:
+            """A record before ``diff``: it goes into ``[0, diff]`` and the right windows after it."""
+            combined = right = previous = None
+            right_created = False
+            starts = set()
+            complete = True
+            for start, found in list(fetch(key, 0, timestamp + 1, True)):
+                starts.add(start)
+                if start == 0:
+                    combined = found
+                    if found.timestamp < timestamp:
+                        previous = found.timestamp
+                elif start <= timestamp:
+                    right = found
+                    complete &= update(key, value, timestamp, headers, start, found.value, found.timestamp, close)
+                elif start == timestamp + 1:
+                    right_created = True
+            if right is None and combined is not None and combined.timestamp > timestamp:
+                right = combined
+            if not right_created and right is not None and right.timestamp > timestamp:
+                copy_right_window(key, timestamp, right.value, right.timestamp, headers)
+            if previous is not None and previous + 1 not in starts:
+                complete &= update(key, value, timestamp, headers, previous + 1, None, timestamp, close)
+            if combined is None:
+                complete &= update(key, value, timestamp, headers, 0, None, timestamp, close)
+            else:
+                complete &= update(key, value, timestamp, headers, 0, combined.value, combined.timestamp, close)
+            return complete
+
+        def sliding_window_aggregate(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if key is None or value is None:
+                drop("null key" if key is None else "null value")
+                return
+            close = context.current_stream_time_ms - grace
+            if timestamp + 1 + diff <= close:
+                drop(f"record at {timestamp} for closed sliding windows (stream time - grace = {close})")
+                if late is not None:
+                    late(key, value, timestamp, headers)
+                return
+            if timestamp < diff:
+                if not early(key, value, timestamp, headers, close) and late is not None:
+                    late(key, value, timestamp, headers)
+                return
+            left = right = previous = None
+            left_created = right_created = False
+            starts = set()
+            complete = True
+            for start, found in list(fetch(key, max(0, timestamp - 2 * diff), timestamp + 1, True)):
+                starts.add(start)
+                end = start + diff
+                if end < timestamp:
+                    left, previous = found, found.timestamp
+                elif end == timestamp:
+                    left_created = True
+                    if found.timestamp < timestamp:
+                        previous = found.timestamp
+                    complete &= update(key, value, timestamp, headers, start, found.value, found.timestamp, close)
+                elif start <= timestamp:
+                    right = found
+                    complete &= update(key, value, timestamp, headers, start, found.value, found.timestamp, close)
+                elif start == timestamp + 1:
+                    right_created = True
+            if previous is not None and previous + 1 not in starts and previous + 1 + diff >= timestamp:
+                complete &= update(key, value, timestamp, headers, previous + 1, None, timestamp, close)
+            if not left_created:
+                base = left.value if left is not None and previous is not None and timestamp - diff <= previous \
+                    else None
+                complete &= update(key, value, timestamp, headers, timestamp - diff, base, timestamp, close)
+            if not right_created and right is not None and right.timestamp > timestamp:
+                copy_right_window(key, timestamp, right.value, right.timestamp, headers)
+            if not complete and late is not None:
+                late(key, value, timestamp, headers)
+        return sliding_window_aggregate

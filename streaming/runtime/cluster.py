@@ -1,0 +1,76 @@
+"""Reaching the cluster: one clear error when it fails.
+
+:func:`cluster_metadata` is the first contact of a start: it fails within ``timeout`` seconds with a
+:class:`ClusterUnreachableError` naming ``bootstrap.servers``, what went wrong (connection refused, unknown host, authentication, TLS, no
+answer) and the setting to check, instead of librdkafka's ``Failed to get metadata``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ClusterMetadata
+
+from streaming.errors import StreamsError
+from streaming.rdkafka_logging import RDKAFKA_LOGGER
+
+_TIMINGS = re.compile(r"\(after \d+ms[^)]*\)|\d+ms|#\d+")
+
+
+class ClusterUnreachableError(StreamsError):
+    """The cluster at ``bootstrap.servers`` could not be reached or refused the client."""
+
+
+FAIL_FAST_AFTER_S = 3.0  # a definite refusal (every broker down, authentication failed) ends the wait then
+
+
+def cluster_metadata(client_config: dict[str, Any], timeout: float = 10.0) -> ClusterMetadata:
+    """The cluster's metadata (every topic), or :class:`ClusterUnreachableError`: after
+    :data:`FAIL_FAST_AFTER_S` s when every broker refused or authentication failed, else after ``timeout`` s."""
+    errors: list[KafkaError] = []
+    admin = AdminClient({**client_config, "logger": RDKAFKA_LOGGER, "error_cb": errors.append})
+    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    while True:
+        try:
+            return admin.list_topics(timeout=min(1.0, max(deadline - time.monotonic(), 0.1)))
+        except KafkaException as exc:
+            admin.poll(0)  # serve the error callbacks
+            refused = any(e.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._AUTHENTICATION) for e in errors)
+            now = time.monotonic()
+            if now >= deadline or (refused and now - started >= FAIL_FAST_AFTER_S):
+                raise ClusterUnreachableError(unreachable_message(client_config, errors, exc.args[0],
+                                                                  now - started)) from None
+
+
+def unreachable_message(client_config: dict[str, Any], errors: list[KafkaError], failure: KafkaError,
+                        timeout: float) -> str:
+    """One line: where, what went wrong, what to check."""
+    servers = client_config.get("bootstrap.servers", "?")
+    protocol = client_config.get("security.protocol", "PLAINTEXT")
+    details = [error.str() for error in errors if error.code() != KafkaError._ALL_BROKERS_DOWN]
+    detail = details[0] if details else failure.str()
+    if any(error.code() == KafkaError._AUTHENTICATION for error in errors):
+        return (f"cannot authenticate to the Kafka cluster at bootstrap.servers={servers}: {_tail(detail)}; check "
+                f"security.protocol ({protocol}), sasl.mechanism, sasl.username and sasl.password")
+    if "SSL" in detail or "ssl" in detail.lower().split("://")[0]:
+        return (f"TLS with the Kafka cluster at bootstrap.servers={servers} failed: {_tail(detail)}; check "
+                f"security.protocol ({protocol}) and ssl.ca.location")
+    if "Connection refused" in detail:
+        return (f"cannot reach the Kafka cluster at bootstrap.servers={servers}: connection refused (nothing "
+                f"listens there); check bootstrap.servers and that the brokers are up")
+    if "resolve" in detail.lower():
+        return (f"cannot reach the Kafka cluster at bootstrap.servers={servers}: the host name does not "
+                f"resolve; check bootstrap.servers")
+    return (f"no answer from the Kafka cluster at bootstrap.servers={servers} within {timeout:.0f} s "
+            f"({_tail(detail)}); check bootstrap.servers and security.protocol ({protocol}): a listener "
+            f"that speaks another protocol (TLS vs plaintext) never answers")
+
+
+def _tail(detail: str) -> str:
+    """librdkafka's message without its broker prefix and timings."""
+    text = detail.split("/bootstrap: ", 1)[-1]
+    return _TIMINGS.sub("", text).strip().rstrip(":")

@@ -1,0 +1,265 @@
+"""Window stores: values per (key, window start), each with a timestamp — Kafka Streams'
+``TimestampedWindowStore`` — over the same layers as key-value stores::
+
+    TimestampedTypedWindowStore   serdes, the window-store API
+      -> CachingBytesStore        optional
+        -> ChangeLoggingBytesStore    optional (changelog: compact,delete with retention.ms)
+          -> SegmentedBytesStore      one RocksDB (or memory) store per time segment
+
+Bytes layout (Kafka Streams' ``WindowKeySchema``, also the changelog's key): the key's bytes, the
+window start (8 bytes, big-endian) and a sequence number (4 bytes; 0 unless the store retains
+duplicates). Values carry an 8-byte timestamp prefix in the layers, and the changelog holds the plain
+value with the timestamp as the record's, as for timestamped key-value stores.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from streaming.serdes import Serde
+from streaming.state.api import StateStore, ValueAndTimestamp
+from streaming.state.bytes_store import BytesStore, StoreContext, scan
+from streaming.state.caching import CachingBytesStore
+from streaming.state.changelogging import ChangeLoggingBytesStore
+from streaming.windows.window import Window, Windowed
+
+_LONG = struct.Struct(">q")
+_START_SEQ = struct.Struct(">qi")
+_SUFFIX = 12  # window start + sequence number
+_MAX_TIME = (1 << 63) - 1
+
+# listener(windowed key, new, old, timestamp, headers): a cached store's flushed update.
+WindowFlushListener = Callable[[Windowed, Any, Any, int, Any], None]
+
+
+def window_start_of(store_key: bytes) -> int:
+    """The window start inside a window store's bytes key (the segmented store's timestamp)."""
+    return _LONG.unpack_from(store_key, len(store_key) - _SUFFIX)[0]
+
+
+class LayeredStore(StateStore):
+    """What window and session stores share with key-value stores: the layers over an inner store,
+    the serdes, flushing and restoring. ``timestamped`` stores keep an 8-byte timestamp before each value."""
+
+    timestamped = False
+
+    def __init__(self, name: str, inner: BytesStore, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,
+                 logging_enabled: bool, caching_enabled: bool) -> None:
+        self.name = name
+        self.inner = inner
+        self.logging_enabled = logging_enabled
+        self.caching_enabled = caching_enabled
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self._kser: Callable[[Any], bytes] = _unset
+        self._kde: Callable[[bytes], Any] = _unset
+        self._vser: Callable[[Any], bytes] = _unset
+        self._vde: Callable[[bytes], Any] = _unset
+        self._store: BytesStore = inner
+        self._logging: ChangeLoggingBytesStore | None = None
+        self._caching: CachingBytesStore | None = None
+        self._timestamp: Callable[[], int] = lambda: -1
+        # Keys written since the last flush, by the record key's bytes: what the layers may still hold
+        # unflushed. The stream thread's own keyed scans read these few back instead of copying every
+        # layer's pending writes (see owned_scan).
+        self._written: dict[bytes, set[bytes]] = {}
+
+    def init(self, context: StoreContext) -> None:
+        key_serde = self._key_serde or context.default_key_serde
+        value_serde = self._value_serde or context.default_value_serde
+        self._kser, self._kde = key_serde.serialize, key_serde.deserialize
+        self._vser, self._vde = value_serde.serialize, value_serde.deserialize
+        self._timestamp = context.timestamp
+        self.inner.open(context.store_dir)
+        store: BytesStore = self.inner
+        if self.logging_enabled and context.changelogger is not None:
+            store = self._logging = ChangeLoggingBytesStore(store, context.changelogger(self.name), self.timestamped)
+        if self.caching_enabled and context.cache_budget is not None:
+            store = self._caching = CachingBytesStore(store, context.cache_budget)
+        self._store = store
+        context.register(self)
+
+    @property
+    def persistent(self) -> bool:
+        return self.inner.persistent
+
+    @property
+    def is_open(self) -> bool:
+        return self.inner.is_open
+
+    @property
+    def changelog(self) -> Any:
+        return None if self._logging is None else self._logging.logger
+
+    def _key(self, key: Any) -> bytes:
+        if key is None:
+            raise ValueError(f"store {self.name!r}: keys may not be None")
+        return self._kser(key)
+
+    def read_raw(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """Serialized entries with keys in ``[lo, hi]``, every layer's pending writes included; never
+        flushes, so other threads (interactive queries) may call it."""
+        return scan(self._store, lo, hi)
+
+    def owned_scan(self, raw_key: bytes, lo: bytes, hi: bytes) -> list[tuple[bytes, bytes]]:
+        """Entries with keys in ``[lo, hi]``, all of record key ``raw_key``, for the stream thread that owns
+        the store only: the inner store's scan with this key's writes since the last flush read back
+        through the layers. Costs the writes of one key, not every pending write of the store."""
+        found = dict(self.inner.range(lo, hi))
+        written = self._written.get(raw_key)
+        if written:
+            get = self._store.get
+            for store_key in written:
+                if lo <= store_key <= hi:
+                    value = get(store_key)
+                    if value is None:
+                        found.pop(store_key, None)
+                    else:
+                        found[store_key] = value
+        return sorted(found.items())
+
+    def _track(self, raw_key: bytes, store_key: bytes) -> None:
+        written = self._written.get(raw_key)
+        if written is None:
+            self._written[raw_key] = {store_key}
+        else:
+            written.add(store_key)
+
+    def restore_batch(self, entries: list[Any]) -> None:
+        """Apply changelog records to the inner store directly: ``(key, value)``, or ``(key, value,
+        record timestamp)`` for timestamped stores."""
+        if self.timestamped:
+            pack = _LONG.pack
+            self.inner.write_batch([(key, None if value is None else pack(timestamp) + value)
+                                    for key, value, timestamp in entries])
+        else:
+            self.inner.write_batch(entries)
+
+    def flush(self) -> None:
+        self._store.flush()
+        self._written.clear()
+
+    def close(self) -> None:
+        self._store.close()
+        self._written.clear()
+
+
+def _unset(data: Any) -> Any:
+    raise RuntimeError("the store is not initialized")
+
+
+class TimestampedTypedWindowStore(LayeredStore):
+    """A window store (see the module doc). ``put(key, value, window_start)`` (None deletes) and
+    ``fetch(key, window_start)`` address one window; ``fetch(key, time_from, time_to)``, ``fetch_range``,
+    ``fetch_all`` and ``all`` scan by window start (both bounds inclusive). ``window_size_ms`` gives the
+    end of the windows that scans return. With ``retain_duplicates`` every put adds an entry (join
+    buffers), and a None value is ignored."""
+
+    timestamped = True
+
+    def __init__(self, name: str, inner: BytesStore, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,
+                 window_size_ms: int, retain_duplicates: bool = False, logging_enabled: bool = True,
+                 caching_enabled: bool = False) -> None:
+        super().__init__(name, inner, key_serde, value_serde, logging_enabled, caching_enabled)
+        self.window_size_ms = window_size_ms
+        self.retain_duplicates = retain_duplicates
+        self._seq = 0
+
+    def set_flush_listener(self, listener: WindowFlushListener, send_old_values: bool = False) -> bool:
+        """Forward flushed updates as ``listener(Windowed(key, window), new, old, timestamp, headers)``; True
+        if the store caches (the caller then must not forward updates itself)."""
+        caching = self._caching
+        if caching is None:
+            return False
+        windowed, value = self._windowed, self._value_of
+
+        def on_flush(raw: bytes, new: bytes | None, old: bytes | None, timestamp: int, headers: Any) -> None:
+            listener(windowed(raw), value(new), value(old), timestamp, headers)
+        caching.listener = on_flush
+        caching.send_old_values = send_old_values
+        return True
+
+    def _windowed(self, raw: bytes) -> Windowed:
+        start = _LONG.unpack_from(raw, len(raw) - _SUFFIX)[0]
+        return Windowed(self._kde(raw[:-_SUFFIX]), Window(start, start + self.window_size_ms))
+
+    def _value_of(self, data: bytes | None) -> Any:
+        return None if data is None else self._vde(data[8:])
+
+    # -- writes ---------------------------------------------------------------------------------------------------
+    def put(self, key: Any, value: Any, window_start: int) -> None:
+        """Store ``value`` for ``key``'s window starting at ``window_start``, with the current record's
+        timestamp; None deletes the window (ignored when the store retains duplicates)."""
+        self.put_with_timestamp(key, value, self._timestamp(), window_start)
+
+    def put_with_timestamp(self, key: Any, value: Any, timestamp: int, window_start: int, headers: Any = None) -> None:
+        if value is None and self.retain_duplicates:
+            return
+        raw = self._key(key)
+        seq = 0
+        if self.retain_duplicates:
+            self._seq = seq = (self._seq + 1) & 0x7FFFFFFF
+        store_key = raw + _START_SEQ.pack(window_start, seq)
+        self._track(raw, store_key)
+        self._store.put(store_key, None if value is None else _LONG.pack(timestamp) + self._vser(value), timestamp,
+                        headers)
+
+    # -- reads ----------------------------------------------------------------------------------------------------
+    def fetch_with_timestamp(self, key: Any, window_start: int) -> ValueAndTimestamp | None:
+        data = self._store.get(self._key(key) + _START_SEQ.pack(window_start, 0))
+        return None if data is None else ValueAndTimestamp(self._vde(data[8:]), _LONG.unpack_from(data)[0])
+
+    def fetch(self, key: Any, time_from: int, time_to: int | None = None) -> Any:
+        """``fetch(key, window_start)``: the value of one window (or None). ``fetch(key, time_from,
+        time_to)``: ``(window_start, value)`` for the key's windows starting in ``[time_from, time_to]``,
+        earliest first."""
+        if time_to is None:
+            found = self.fetch_with_timestamp(key, time_from)
+            return None if found is None else found.value
+        return ((start, value.value) for start, value in self.fetch_timestamped(key, time_from, time_to))
+
+    def fetch_timestamped(self, key: Any, time_from: int, time_to: int, owner: bool = False
+                          ) -> Iterator[tuple[int, ValueAndTimestamp]]:
+        """``(window_start, ValueAndTimestamp)`` for ``key``'s windows starting in ``[time_from, time_to]``.
+        ``owner=True``: called by the stream thread that owns the store (the DSL's operators), which may
+        take the cheaper :meth:`owned_scan`; other threads must not."""
+        raw = self._key(key)
+        size = len(raw) + _SUFFIX
+        lo = raw + _START_SEQ.pack(max(time_from, 0), 0)
+        hi = raw + _START_SEQ.pack(min(time_to, _MAX_TIME), 0x7FFFFFFF)
+        vde, unpack = self._vde, _LONG.unpack_from
+        entries = self.owned_scan(raw, lo, hi) if owner else self.read_raw(lo, hi)
+        for found, data in entries:
+            if len(found) == size and found.startswith(raw):
+                yield unpack(found, size - _SUFFIX)[0], ValueAndTimestamp(vde(data[8:]), unpack(data)[0])
+
+    def fetch_range(self, key_from: Any, key_to: Any, time_from: int, time_to: int) -> Iterator[tuple[Windowed, Any]]:
+        """``(Windowed(key, window), value)`` for keys in ``[key_from, key_to]`` (serialized order; None:
+        open) and windows starting in ``[time_from, time_to]``."""
+        lo_key = None if key_from is None else self._key(key_from)
+        hi_key = None if key_to is None else self._key(key_to)
+        return self._scan(lo_key, hi_key, time_from, time_to)
+
+    def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[Windowed, Any]]:
+        """Every window starting in ``[time_from, time_to]``."""
+        return self._scan(None, None, time_from, time_to)
+
+    def all(self) -> Iterator[tuple[Windowed, Any]]:
+        return self._scan(None, None, 0, _MAX_TIME)
+
+    def _scan(self, lo_key: bytes | None, hi_key: bytes | None, time_from: int, time_to: int
+              ) -> Iterator[tuple[Windowed, Any]]:
+        lo = None if lo_key is None else lo_key + _START_SEQ.pack(max(time_from, 0), 0)
+        hi = None if hi_key is None else hi_key + _START_SEQ.pack(min(time_to, _MAX_TIME), 0x7FFFFFFF)
+        windowed, value = self._windowed, self._value_of
+        for raw, data in self.read_raw(lo, hi):
+            key_bytes = raw[:-_SUFFIX]
+            if (lo_key is not None and key_bytes < lo_key) or (hi_key is not None and key_bytes > hi_key):
+                continue
+            if time_from <= window_start_of(raw) <= time_to:
+                yield windowed(raw), value(data)
+
+    def __repr__(self) -> str:
+        return f"<WindowStore {self.name!r} over {type(self.inner).__name__}>"

@@ -1,0 +1,152 @@
+"""Window and session stores on RocksDB: the Kafka Streams APIs, segments dropped by retention, the
+changelog they write and restoring from it, the window specifications and windowed serdes."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streaming import JoinWindows, Serdes, SessionWindows, SlidingWindows, TimeWindows, Window, Windowed
+from streaming.state.bytes_store import StoreContext
+from streaming.state.changelogging import ChangeLogger
+from streaming.state.stores import Stores
+from streaming.windows.serdes import WindowedSerdes
+
+String, Long = Serdes.String(), Serdes.Long()
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, bytes | None, int]] = []
+
+    def send(self, topic: str, key: bytes, value: bytes | None, timestamp: int, headers: Any, partition: int) -> None:
+        self.sent.append((key, value, timestamp))
+
+
+def open_store(builder: Any, directory: Path, collector: Collector | None = None) -> Any:
+    store = builder.build()
+    logger = None if collector is None else (lambda name: ChangeLogger(collector, f"app-{name}-changelog", 0))
+    store.init(StoreContext("app", "0_0", str(directory / store.name), String, Long, changelogger=logger,
+                            timestamp=lambda: 7))
+    return store
+
+
+def test_window_store_api(tmp_path: Path) -> None:
+    store = open_store(Stores.window_store_builder(Stores.persistent_window_store("w", 600_000, 10_000), String, Long),
+                       tmp_path)
+    for start in (0, 10_000, 20_000):
+        store.put("a", start // 1000, start)
+        store.put("ab", 100 + start // 1000, start)
+    store.put("b", 1, 0)
+    assert store.fetch("a", 10_000) == 10
+    assert store.fetch("a", 5_000) is None
+    assert list(store.fetch("a", 5_000, 20_000)) == [(10_000, 10), (20_000, 20)]  # "ab" is another key
+    assert [(w.key, w.window.start, v) for w, v in store.fetch_range("a", "ab", 10_000, 10_000)] == [
+        ("a", 10_000, 10), ("ab", 10_000, 110)]
+    assert len(list(store.fetch_all(0, 0))) == 3 and len(list(store.all())) == 7
+    assert next(store.all()) == (Windowed("a", Window(0, 10_000)), 0)
+    assert store.fetch_with_timestamp("a", 0) == (0, 7)
+    store.put("a", None, 0)
+    assert store.fetch("a", 0) is None
+    store.close()
+
+
+def test_segments_are_dropped_as_stream_time_passes_retention(tmp_path: Path) -> None:
+    supplier = Stores.persistent_window_store("w", retention=timedelta(minutes=2), window_size=timedelta(minutes=1))
+    store = open_store(Stores.window_store_builder(supplier, String, Long), tmp_path)
+    for minute in range(10):
+        store.put_with_timestamp("k", minute, minute * 60_000, minute * 60_000)
+    store.flush()
+    assert store.inner.segment_ids == [7, 8, 9]  # 60 s segments; retention 120 s behind 540 s
+    assert sorted(os.listdir(tmp_path / "w")) == ["w.420000", "w.480000", "w.540000"]
+    assert [start for start, _ in store.fetch("k", 0, 10**9)] == [420_000, 480_000, 540_000]
+    store.put_with_timestamp("k", 99, 0, 0)  # a write into a dropped segment is skipped
+    assert store.fetch("k", 0) is None and store.inner.expired_writes == 1
+    store.close()
+
+
+def test_window_changelog_restores_the_same_state(tmp_path: Path) -> None:
+    collector = Collector()
+    builder = Stores.window_store_builder(Stores.persistent_window_store("w", 100_000, 1_000), String, Long)
+    assert builder.log_config == {"cleanup.policy": "compact,delete", "retention.ms": str(100_000 + 86_400_000)}
+    store = open_store(builder, tmp_path, collector)
+    store.put_with_timestamp("a", 5, 1_500, 1_000)
+    store.put_with_timestamp("a", 6, 2_500, 2_000)
+    store.put("a", None, 2_000)
+    store.flush()
+    store.close()
+    assert [key[-12:-4] for key, _, _ in collector.sent] == [(1_000).to_bytes(8, "big"), (2_000).to_bytes(8, "big")]
+    restored = open_store(builder, tmp_path / "restored")
+    restored.restore_batch(collector.sent)
+    assert list(restored.fetch("a", 0, 10_000)) == [(1_000, 5)]
+    assert restored.fetch_with_timestamp("a", 1_000) == (5, 1_500)
+    restored.close()
+
+
+def test_retained_duplicates_keep_every_put(tmp_path: Path) -> None:
+    supplier = Stores.in_memory_window_store("j", 1_000, 100, retain_duplicates=True)
+    store = open_store(Stores.window_store_builder(supplier, String, Long), tmp_path)
+    store.put("a", 1, 50)
+    store.put("a", 2, 50)
+    store.put("a", None, 50)  # ignored: duplicates are never deleted one by one
+    assert [value for _, value in store.fetch("a", 0, 100)] == [1, 2]
+    store.close()
+
+
+def test_session_store_api_and_restore(tmp_path: Path) -> None:
+    collector = Collector()
+    builder = Stores.session_store_builder(Stores.persistent_session_store("s", 10_000), String, Long)
+    store = open_store(builder, tmp_path, collector)
+    store.put(Windowed.of("a", 0, 10), 2)
+    store.put(Windowed.of("a", 30, 40), 3)
+    store.put(Windowed.of("aa", 5, 5), 1)
+    assert [w.window for w, _ in store.find_sessions("a", 5, 35)] == [Window(0, 10), Window(30, 40)]
+    assert [w.window for w, _ in store.find_sessions("a", 11, 35)] == [Window(30, 40)]
+    assert [w.window for w, _ in store.find_sessions("a", 0, 20)] == [Window(0, 10)]
+    assert store.fetch_session("a", 30, 40) == 3
+    store.remove(Windowed.of("a", 0, 10))
+    assert [(w.key, v) for w, v in store.fetch("a")] == [("a", 3)]
+    assert [w.key for w, _ in store.find_sessions_range("a", "aa", 0, 100)] == ["a", "aa"]
+    store.flush()
+    store.close()
+    assert collector.sent[0][2] == 10  # the changelog record's timestamp is the session end
+    restored = open_store(builder, tmp_path / "restored")
+    restored.restore_batch([(key, value) for key, value, _ in collector.sent])
+    assert [(w.key, w.window, v) for w, v in restored.all()] == [("a", Window(30, 40), 3), ("aa", Window(5, 5), 1)]
+    restored.close()
+
+
+def test_window_specifications() -> None:
+    assert TimeWindows.of(10).windows_for(25) == [Window(20, 30)]
+    assert TimeWindows.of(10).advance_by(5).windows_for(12) == [Window(5, 15), Window(10, 20)]
+    assert TimeWindows.of(10).advance_by(3).windows_for(1) == [Window(0, 10)]
+    assert TimeWindows.of(timedelta(minutes=1)).grace_ms == 0  # ofSizeWithNoGrace
+    assert TimeWindows.of(timedelta(minutes=1), grace=timedelta(seconds=5)).retention_ms() == 65_000
+    assert JoinWindows.of(10).before(3).size() == 13
+    assert SlidingWindows.of(10, grace=2).retention_ms() == 22
+    assert SessionWindows.with_inactivity_gap(5).gap_ms == 5
+    for bad, match in ((lambda: TimeWindows.of(0), "TimeWindows.of: size must be positive"),
+                       (lambda: TimeWindows.of(10, grace=-1), "TimeWindows.of: grace must be zero or more"),
+                       (lambda: TimeWindows.of(10).advance_by(11), "must not exceed the window size"),
+                       (lambda: SessionWindows.with_inactivity_gap("5"), "gap must be milliseconds"),
+                       (lambda: JoinWindows.of(-1), "JoinWindows.of: time_difference"),
+                       (lambda: SlidingWindows.of(1.5), "max_difference must be milliseconds")):
+        with pytest.raises(ValueError, match=match):
+            bad()
+
+
+def test_windowed_serdes_use_kafkas_byte_formats() -> None:
+    time_serde = WindowedSerdes.time_windowed(String, 100)
+    data = time_serde.serialize(Windowed.of("k", 200, 300))
+    assert data == b"k" + (200).to_bytes(8, "big")
+    assert time_serde.deserialize(data) == Windowed.of("k", 200, 300)
+    session_serde = WindowedSerdes.session_windowed(String)
+    data = session_serde.serialize(Windowed.of("k", 5, 9))
+    assert data == b"k" + (9).to_bytes(8, "big") + (5).to_bytes(8, "big")
+    assert session_serde.deserialize(data) == Windowed.of("k", 5, 9)
+    with pytest.raises(ValueError, match="at least 8 bytes"):
+        time_serde.deserialize(b"abc")
