@@ -20,7 +20,8 @@ class MissingSourceTopicError(StreamsError):
 
 
 class CoPartitioningError(StreamsError):
-    """Topics read by one sub-topology have different partition counts."""
+    """Topics that must be co-partitioned (read by one sub-topology, or joined) have different partition
+    counts; the message names the join (if one), both topics and both counts."""
 
 
 class RecordError(StreamsError):

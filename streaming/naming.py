@@ -2,8 +2,10 @@
 names that become parts of them.
 
 Kafka Streams names its internal topics ``<application.id>-<store>-changelog``,
-``<application.id>-<name>-repartition``; Brook adds ``<application.id>-metadata`` (interactive
-queries). ``assets/`` and ``bench/`` build these names from here, never by hand.
+``<application.id>-<name>-repartition``, and a foreign-key join's
+``<application.id>-<join>-subscription-registration-topic`` and
+``<application.id>-<join>-subscription-response-topic``; Brook adds ``<application.id>-metadata``
+(interactive queries). ``assets/`` and ``bench/`` build these names from here, never by hand.
 
 A store name and an ``application.id`` become part of a topic name *and* of a directory under
 ``state.dir``, so both must be legal topic-name parts: letters, digits, ``.``, ``_`` and ``-``, and not
@@ -60,6 +62,22 @@ def repartition_topic(application_id: str, name: str) -> str:
     """A repartition topic: ``<application.id>-<name>-repartition`` (``name`` may end with the suffix)."""
     base = name.removesuffix(REPARTITION_SUFFIX)
     return f"{application_id}-{base}{REPARTITION_SUFFIX}"
+
+
+SUBSCRIPTION_REGISTRATION_SUFFIX = "-subscription-registration-topic"
+SUBSCRIPTION_RESPONSE_SUFFIX = "-subscription-response-topic"
+
+
+def subscription_registration_topic(application_id: str, join: str) -> str:
+    """A foreign-key join's subscriptions (left rows to the right table's partitions):
+    ``<application.id>-<join>-subscription-registration-topic``."""
+    return f"{application_id}-{join}{SUBSCRIPTION_REGISTRATION_SUFFIX}"
+
+
+def subscription_response_topic(application_id: str, join: str) -> str:
+    """A foreign-key join's responses (right values back to the left rows' partitions):
+    ``<application.id>-<join>-subscription-response-topic``."""
+    return f"{application_id}-{join}{SUBSCRIPTION_RESPONSE_SUFFIX}"
 
 
 def metadata_topic(application_id: str) -> str:

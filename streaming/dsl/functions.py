@@ -21,3 +21,26 @@ def takes_key(function: Callable[..., Any]) -> bool:
     if any(p.kind is p.VAR_POSITIONAL for p in parameters):
         return False
     return len([p for p in positional if p.default is p.empty]) >= 2
+
+
+def joiner_takes_key(joiner: Callable[..., Any]) -> bool:
+    """True when a joiner takes ``(key, left_value, right_value)`` (Kafka Streams' ``ValueJoinerWithKey``)
+    rather than ``(left_value, right_value)`` (``ValueJoiner``)."""
+    try:
+        parameters = inspect.signature(joiner).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return False
+    required = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    return len(required) >= 3
+
+
+def keyed_joiner(joiner: Callable[..., Any]) -> Callable[[Any, Any, Any], Any]:
+    """``joiner`` as a ``(key, left_value, right_value)`` function, whichever of the two forms it takes."""
+    if joiner_takes_key(joiner):
+        return joiner
+
+    def with_key(key: Any, left: Any, right: Any) -> Any:
+        return joiner(left, right)
+    return with_key

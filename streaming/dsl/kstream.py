@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING, Any
 from streaming.dsl import operators as ops
 from streaming.dsl.functions import takes_key
 from streaming.dsl.kgrouped import KGroupedStream
-from streaming.dsl.ktable import KTable
+from streaming.dsl.ktable import GlobalKTable, KTable
 from streaming.dsl.materialized import Materialized, as_materialized, make_store_builder
 from streaming.dsl.repartition import GroupBySelectKey, add_repartition
 from streaming.dsl.stateful_operators import TableSource
+from streaming.dsl.stream_table_join import join_global_table, join_table
 from streaming.errors import TopologyError
 from streaming.serdes import Serde
 from streaming.topology.nodes import Partitioner
@@ -187,35 +188,74 @@ class KStream:
         builder.topology.connect_processor_and_state_stores(node, store_names=[store_name])
         return KTable(builder, node, key_serde, value_serde, store_name, operator)
 
+    # -- joins: with a stream (streaming.dsl.stream_join), a table or a global table (streaming.dsl.stream_table_join)
+    def join(self, other: KStream | KTable | GlobalKTable, *functions: Any, key_serde: Serde[Any] | None = None,
+             value_serde: Serde[Any] | None = None, other_value_serde: Serde[Any] | None = None,
+             store_name: str | None = None, name: str | None = None) -> KStream:
+        """Join each record with another stream, a table or a global table, by what ``other`` is.
 
-    # -- KStream-KStream joins (streaming.dsl.stream_join) ----------------------------------------------------
-    def join(self, other: KStream, joiner: Callable[..., Any], windows: JoinWindows,
-             key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
-             other_value_serde: Serde[Any] | None = None, store_name: str | None = None,
-             name: str | None = None) -> KStream:
-        """Inner join with ``other`` over ``windows``: ``joiner(value, other_value)`` (or ``joiner(key, value,
+        ``join(stream, joiner, join_windows)``: ``joiner(value, other_value)`` (or ``joiner(key, value,
         other_value)``) for each pair of records with equal keys and timestamps within the window; see
         :mod:`streaming.dsl.stream_join`. ``store_name`` names the join stores (``<store_name>-this-join-store``,
-        ...); the serdes default to the streams'."""
-        return self._join_stream(other, joiner, windows, "inner", key_serde, value_serde, other_value_serde,
-                                 store_name, name)
+        ...); ``other_value_serde`` is the other stream's value serde (default: its own).
 
-    def left_join(self, other: KStream, joiner: Callable[..., Any], windows: JoinWindows,
-                  key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
-                  other_value_serde: Serde[Any] | None = None, store_name: str | None = None,
-                  name: str | None = None) -> KStream:
-        """As :meth:`join`, and every record of this stream that found no partner is emitted as
-        ``joiner(value, None)`` once its join window has closed."""
-        return self._join_stream(other, joiner, windows, "left", key_serde, value_serde, other_value_serde,
-                                 store_name, name)
+        ``join(table, joiner)`` or ``join(global_table, key_mapper, joiner)``: emits ``joiner(value,
+        table_value)`` with the record's key, timestamp and headers when the table has a value for the
+        record's key (for a global table: for ``key_mapper(key, value)``); emits nothing otherwise. Table
+        updates alone emit nothing: only stream records look the table up, and they see it as it is when
+        they are processed. Records with a None key or value are skipped (counted in ``dropped_records``).
+        A ``KTable`` must be co-partitioned with the stream (same partition count, keys partitioned alike;
+        checked at start-up); a table computed from another (``filter``, ``map_values``) is looked up
+        through its parent's store, not materialized again. A ``GlobalKTable`` needs neither: every
+        instance holds all of it.
+
+        With a stream or a table: if an earlier operation may have changed the key (``map``,
+        ``select_key``, ...), the stream is first repartitioned through an internal topic (written with
+        ``key_serde``/``value_serde``, default the stream's) with the partition count of the side it
+        joins, as in Kafka Streams.
+        """
+        return self._join(other, functions, "inner", key_serde, value_serde, other_value_serde, store_name, name)
+
+    def left_join(self, other: KStream | KTable | GlobalKTable, *functions: Any, key_serde: Serde[Any] | None = None,
+                  value_serde: Serde[Any] | None = None, other_value_serde: Serde[Any] | None = None,
+                  store_name: str | None = None, name: str | None = None) -> KStream:
+        """As :meth:`join`, and every record of this stream has a result: with a stream, a record that found
+        no partner is emitted as ``joiner(value, None)`` once its join window has closed; with a table, a
+        record whose key the table does not have (or whose key or mapped key is None) emits
+        ``joiner(value, None)`` at once. Records with a None value are skipped (counted)."""
+        return self._join(other, functions, "left", key_serde, value_serde, other_value_serde, store_name, name)
 
     def outer_join(self, other: KStream, joiner: Callable[..., Any], windows: JoinWindows,
                    key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
                    other_value_serde: Serde[Any] | None = None, store_name: str | None = None,
                    name: str | None = None) -> KStream:
-        """As :meth:`left_join`, and records of ``other`` without a partner give ``joiner(None, other_value)``."""
+        """As :meth:`left_join` with a stream, and records of ``other`` without a partner give
+        ``joiner(None, other_value)``."""
         return self._join_stream(other, joiner, windows, "outer", key_serde, value_serde, other_value_serde,
                                  store_name, name)
+
+    def _join(self, other: Any, functions: tuple[Any, ...], kind: str, key_serde: Serde[Any] | None,
+              value_serde: Serde[Any] | None, other_value_serde: Serde[Any] | None, store_name: str | None,
+              name: str | None) -> KStream:
+        method = "left_join" if kind == "left" else "join"
+        if isinstance(other, KStream):
+            if len(functions) != 2:
+                raise TopologyError(f"{method}(stream, joiner, join_windows) takes a joiner and JoinWindows, "
+                                    f"got {functions!r}")
+            return self._join_stream(other, functions[0], functions[1], kind, key_serde, value_serde,
+                                     other_value_serde, store_name, name)
+        if other_value_serde is not None or store_name is not None:
+            raise TopologyError(f"{method}(): other_value_serde and store_name apply to a join with a stream only")
+        if isinstance(other, KTable):
+            if len(functions) != 1 or not callable(functions[0]):
+                raise TopologyError(f"{method}(table, joiner) takes one joiner function, got {functions!r}")
+            return join_table(self, other, functions[0], kind == "left", key_serde, value_serde, name)
+        if isinstance(other, GlobalKTable):
+            if len(functions) != 2 or not all(callable(f) for f in functions):
+                raise TopologyError(f"{method}(global_table, key_mapper, joiner) takes a key mapper and a joiner, "
+                                    f"got {functions!r}")
+            return join_global_table(self, other, functions[0], functions[1], kind == "left", name)
+        raise TopologyError(f"{method}() joins a stream with a KStream, a KTable or a GlobalKTable, got {other!r}")
 
     def _join_stream(self, other: Any, joiner: Callable[..., Any], windows: Any, kind: str,
                      key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,

@@ -6,7 +6,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from streaming.dsl.functions import takes_key
+from streaming.dsl.materialized import Materialized
 from streaming.dsl.table_operators import TableFilter, TableGroupByMap, TableMapValues, TableToStream
+from streaming.dsl.value_getters import StoreValueGetter, ValueGetter
+from streaming.errors import TopologyError
 from streaming.serdes import Serde
 
 if TYPE_CHECKING:
@@ -31,14 +34,16 @@ class KTable:
 
     def __init__(self, builder: StreamsBuilder, node: str, key_serde: Serde[Any] | None,
                  value_serde: Serde[Any] | None, store_name: str | None, operator: Any,
-                 parent: KTable | None = None) -> None:
+                 parent: KTable | None = None, parents: tuple[KTable, ...] = (),
+                 value_getter: ValueGetter | None = None) -> None:
         self._builder = builder
         self._node = node
         self.key_serde = key_serde
         self.value_serde = value_serde
         self._store_name = store_name
         self._operator = operator
-        self._parent = parent
+        self._parents = (parent,) if parent is not None else parents  # the tables its old values come from
+        self._getter = value_getter  # how joins look it up, when it has no store and is not a one-parent view
 
     @property
     def node_name(self) -> str:
@@ -55,8 +60,21 @@ class KTable:
         if self._operator.send_old_values:
             return
         self._operator.send_old_values = True
-        if self._parent is not None:
-            self._parent._enable_sending_old_values()
+        for parent in self._parents:
+            parent._enable_sending_old_values()
+
+    def _value_getter(self) -> ValueGetter:
+        """How a join looks this table up: its store, or (a table computed from another) the same
+        computation over its parent's lookups (see :mod:`streaming.dsl.value_getters`)."""
+        if self._store_name is not None:
+            return StoreValueGetter(self._store_name)
+        if self._getter is not None:
+            return self._getter
+        make = getattr(self._operator, "value_getter", None)
+        if make is None or len(self._parents) != 1:
+            raise TopologyError(f"table {self._node!r} cannot be looked up by a join: it has no store and is not "
+                                f"computed from one table; materialize it first (e.g. .to_stream().to_table())")
+        return make(self._parents[0]._value_getter())  # type: ignore[no-any-return]
 
     def _then(self, kind: str, operator: Any, name: str | None, value_serde: Serde[Any] | None) -> KTable:
         node = self._builder._add_operator(kind, operator, name, self._node, prefix="KTABLE")
@@ -86,6 +104,54 @@ class KTable:
         from streaming.dsl.kstream import KStream
         node = self._builder._add_operator("TOSTREAM", TableToStream(), name, self._node, prefix="KTABLE")
         return KStream(self._builder, node, self.key_serde, self.value_serde)
+
+    # -- joins (logic in streaming.dsl.table_table_join and streaming.dsl.foreign_key_join) -------------------------
+    def join(self, other: KTable, *functions: Callable[..., Any], materialized: Materialized | str | None = None,
+             name: str | None = None) -> KTable:
+        """Join with another table: on the key, ``join(other, joiner)``, or on a foreign key,
+        ``join(other, foreign_key_extractor, joiner)``.
+
+        On the key (both tables co-partitioned, checked at start-up): an update on either side emits the
+        key's new result ``joiner(left_value, right_value)`` while both sides have the key, and a delete
+        when an update leaves it without one (a row of either side deleted). The result's timestamp is
+        the later of the two rows'. Old values go along when a later operation asks for them.
+
+        On a foreign key ``foreign_key_extractor(value)`` (or ``(key, value)``), a key of ``other``: see
+        :mod:`streaming.dsl.foreign_key_join` — the tables need not be co-partitioned; the result is
+        keyed by this table's key, emitted when either side changes, and deleted when this row is deleted,
+        its foreign key leaves the other table, or the other row is deleted. A None foreign key: no result
+        (counted as dropped).
+
+        ``materialized`` keeps the result in a named, queryable store (a foreign-key join's result always
+        has a store, generated when unnamed; a key join's has one only when asked), with its value serde,
+        else ``default.value.serde``: the joiner's results must fit it.
+        """
+        return self._join(other, functions, "inner", materialized, name)
+
+    def left_join(self, other: KTable, *functions: Callable[..., Any], materialized: Materialized | str | None = None,
+                  name: str | None = None) -> KTable:
+        """As :meth:`join`, but every row of this table has a result: ``joiner(value, None)`` while the other
+        table has no row for its key (or foreign key, which may be None); only deleting this row deletes it."""
+        return self._join(other, functions, "left", materialized, name)
+
+    def outer_join(self, other: KTable, joiner: Callable[[Any, Any], Any],
+                   materialized: Materialized | str | None = None, name: str | None = None) -> KTable:
+        """As :meth:`join` on the key, but a key has a result while either table has it: ``joiner(left,
+        None)``, ``joiner(None, right)`` or ``joiner(left, right)``; a delete once neither has it."""
+        return self._join(other, (joiner,), "outer", materialized, name)
+
+    def _join(self, other: Any, functions: tuple[Callable[..., Any], ...], kind: str,
+              materialized: Materialized | str | None, name: str | None) -> KTable:
+        from streaming.dsl.foreign_key_join import join_foreign_key
+        from streaming.dsl.table_table_join import join_tables
+        if not isinstance(other, KTable):
+            raise TopologyError(f"a table joins another KTable, got {other!r}")
+        if not all(callable(f) for f in functions) or len(functions) not in (1, 2):
+            raise TopologyError(f"table join takes (other, joiner) or (other, foreign_key_extractor, joiner), "
+                                f"got functions {functions!r}")
+        if len(functions) == 2:
+            return join_foreign_key(self, other, functions[0], functions[1], kind == "left", materialized, name)
+        return join_tables(self, other, functions[0], kind, materialized, name)
 
     def suppress(self, suppressed: Suppressed, name: str | None = None) -> KTable:
         """Hold updates back: one final result per window (``Suppressed.until_window_closes()``) or a key's

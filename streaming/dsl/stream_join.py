@@ -19,11 +19,11 @@ either side saw in the task); the waiting records are checked when a record move
 
 from __future__ import annotations
 
-import inspect
 import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from streaming.dsl.functions import joiner_takes_key
 from streaming.dsl.operators import PassThrough
 from streaming.dsl.repartition import add_repartition
 from streaming.errors import TopologyError
@@ -40,18 +40,6 @@ _TS = struct.Struct(">q")
 _LEN = struct.Struct(">i")
 _LEFT, _RIGHT = b"\x00", b"\x01"
 _NO_TIME = 1 << 62
-
-
-def _arity3(joiner: Callable[..., Any]) -> bool:
-    """Whether ``joiner`` takes ``(key, left, right)`` (Kafka Streams' ValueJoinerWithKey) rather than
-    ``(left, right)``."""
-    try:
-        parameters = inspect.signature(joiner).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    required = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                and p.default is p.empty]
-    return len(required) >= 3
 
 
 class _TimeTracker:
@@ -96,7 +84,7 @@ class StreamJoinSide:
         wait = {_LEFT: self.windows.after_ms + grace, _RIGHT: self.windows.before_ms + grace}
         shortest_wait = min(wait.values())
         raw_joiner = self.joiner
-        if _arity3(raw_joiner):
+        if joiner_takes_key(raw_joiner):
             join = raw_joiner
         else:
             def join(key: Any, left_value: Any, right_value: Any) -> Any:
@@ -238,5 +226,9 @@ def join_streams(this: KStream, other: KStream, joiner: Callable[..., Any], wind
         topology.connect_processor_and_state_stores(node, store_names=stores)
     merge = builder._new_name("MERGE")
     topology.add_operator(merge, PassThrough(), this_name, other_name)
+    # Both sides' topics must be co-partitioned: checked at start-up, naming the join; a repartition topic
+    # before the join gets the other side's partition count.
+    topology.copartition(f"stream-stream {'' if kind == 'inner' else kind + ' '}join {this_name!r}", this_parent,
+                         other_parent)
     return KStream(builder, merge, key_serde, None)
 

@@ -226,7 +226,7 @@ def close_delay(table: KTable) -> int:
         delay = getattr(current._operator, "close_delay_ms", None)
         if delay is not None:
             return delay
-        current = current._parent
+        current = current._parents[0] if len(current._parents) == 1 else None  # a filter or map_values, not a join
     raise TopologyError("suppress(Suppressed.until_window_closes()) needs a windowed table (the result of "
                         "windowed_by(...).count/reduce/aggregate, possibly filtered or mapped)")
 

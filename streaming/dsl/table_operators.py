@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from streaming.dsl.change import Change, encode_change
+from streaming.dsl.value_getters import FilterValueGetter, MapValuesValueGetter, ValueGetter
 from streaming.runtime.context import fan_out
 from streaming.serdes import Serde
 from streaming.topology.nodes import Emit
@@ -29,6 +30,10 @@ class TableFilter:
         self.predicate = predicate
         self.negate = negate
         self.send_old_values = False
+
+    def value_getter(self, parent: ValueGetter) -> ValueGetter:
+        """Lookups of the filtered table (for joins): the parent's value if it passes."""
+        return FilterValueGetter(parent, self.predicate, self.negate)
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         downstream, predicate, negate = fan_out(list(children.values())), self.predicate, self.negate
@@ -60,6 +65,10 @@ class TableMapValues:
         self.mapper = mapper
         self.with_key = with_key
         self.send_old_values = False
+
+    def value_getter(self, parent: ValueGetter) -> ValueGetter:
+        """Lookups of the mapped table (for joins): the parent's value, mapped."""
+        return MapValuesValueGetter(parent, self.mapper, self.with_key)
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         downstream, mapper, send_old = fan_out(list(children.values())), self.mapper, self.send_old_values

@@ -118,6 +118,11 @@ class NodeContext(ProcessorContext):
         return None if current is None else current.partition()
 
     @property
+    def task_partition(self) -> int:
+        """The partition number of this node's task (of every topic the task reads)."""
+        return self._task.partition
+
+    @property
     def offset(self) -> int | None:
         current = self._task.current
         return None if current is None else current.offset()

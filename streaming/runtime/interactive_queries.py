@@ -79,6 +79,7 @@ class StoreInfo:
     key_serde: Serde[Any]
     value_serde: Serde[Any]
     kind: str = "key_value"  # or "window", "session"
+    timestamped: bool = False  # stored values carry an 8-byte timestamp prefix (tables, aggregations, joins)
 
     @property
     def is_global(self) -> bool:
@@ -167,7 +168,12 @@ class ReadOnlyKeyValueStoreView:
         stores = self._queries.local_stores(self.name)  # checked now, not at the first next()
         scans = [_raw_scan(self.name, partition, store, lo, hi, prefix) for partition, store in sorted(stores.items())]
         merged = scans[0] if len(scans) == 1 else heapq.merge(*scans, key=itemgetter(0))
-        return _typed(merged, self._info.key_serde.deserialize, self._info.value_serde.deserialize)
+        value_de = self._info.value_serde.deserialize
+        if self._info.timestamped:
+            def plain_value_de(data: bytes) -> Any:
+                return value_de(data[8:])
+            return _typed(merged, self._info.key_serde.deserialize, plain_value_de)
+        return _typed(merged, self._info.key_serde.deserialize, value_de)
 
     def __repr__(self) -> str:
         return f"<ReadOnlyKeyValueStoreView {self.name!r}>"
@@ -281,7 +287,8 @@ class InteractiveQueries:
             assert isinstance(builder, QUERYABLE)
             self._stores[name] = StoreInfo(name, sub, max(sizes) if sizes else 0,
                                            builder.key_serde or config.default_key_serde,
-                                           builder.value_serde or config.default_value_serde, store_kind(builder))
+                                           builder.value_serde or config.default_value_serde, store_kind(builder),
+                                           isinstance(builder, KeyValueStoreBuilder) and builder.timestamped)
         self._publisher: AssignmentPublisher | None = None
         self._reader: AssignmentReader | None = None
         self._reader_lock = threading.Lock()

@@ -16,14 +16,33 @@ log = logging.getLogger(__name__)
 def internal_topic_partitions(topology: Topology, application_id: str, counts: dict[str, int]) -> dict[str, int]:
     """Partition counts of every internal topic.
 
-    A repartition topic gets the partition count of the sub-topology that writes it (the most
-    partitions among that sub-topology's sources, as Kafka Streams does); a changelog gets its
-    sub-topology's task count, since changelog partition = task partition.
+    As Kafka Streams sizes them: an internal topic that a join needs co-partitioned with other topics
+    (see ``Topology.copartition``) gets the partition count of the group's external topics, or, when the
+    group has only internal topics, the highest count among them; any other repartition topic gets the
+    partition count of the sub-topology that writes it (the most partitions among that sub-topology's
+    sources). A changelog gets its sub-topology's task count, since changelog partition = task partition.
     """
     known = dict(counts)
     subtopologies = topology.subtopologies()
     internal = topology.internal_topics
-    for _ in range(len(subtopologies) + 1):  # repartition topics may feed each other: iterate to a fixpoint
+    groups = [group.topics for group in topology.copartition_groups]
+    # Repartition topics may feed each other, and a foreign-key join's two topics feed each other's
+    # writers: iterate to a fixpoint.
+    for _ in range(2 * len(internal) + 2):  # each pass sizes a topic or raises one's count; bounded
+        changed = False
+        for topics in groups:
+            external = [known[t] for t in topics if t not in internal and t in known]
+            members = [known[t] for t in topics if t in known]
+            if external:
+                target = max(external)  # unequal external counts fail in KafkaStreams.check_topics
+            elif len(members) == len(topics):
+                target = max(members)
+            else:
+                continue
+            for topic in topics:
+                if topic in internal and known.get(topic) != target:
+                    known[topic] = target
+                    changed = True
         for sub in subtopologies:
             sizes = [known[t] for t in sub.source_topics if t in known]
             if len(sizes) < len(sub.source_topics):
@@ -31,6 +50,9 @@ def internal_topic_partitions(topology: Topology, application_id: str, counts: d
             for node in sub.nodes:
                 if isinstance(node, SinkNodeDef) and node.topic in internal and node.topic not in known:
                     known[node.topic] = max(sizes)
+                    changed = True
+        if not changed:
+            break
     missing = [t for t in internal if t not in known]
     if missing:
         raise StreamsError(f"cannot size internal topics {missing}: their writers read no sized topic")

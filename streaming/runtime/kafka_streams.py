@@ -345,6 +345,7 @@ class KafkaStreams:
         if missing_sinks:
             raise MissingSourceTopicError(
                 f"output topics {missing_sinks} do not exist on {self.config['bootstrap.servers']}; create them first")
+        self._check_copartitioning(counts)
         for sub in self.topology.subtopologies():
             sub_counts = {topic: counts[topic] for topic in sub.source_topics if topic in counts}
             if len(set(sub_counts.values())) > 1:
@@ -352,3 +353,18 @@ class KafkaStreams:
                     f"sub-topology {sub.id} reads topics with different partition counts {sub_counts}; "
                     f"co-partitioned topics need the same number of partitions (repartition one of them)")
         return counts
+
+    def _check_copartitioning(self, counts: dict[str, int]) -> None:
+        """Every join's input topics must have equal partition counts (internal topics are created to
+        match, so only the user's topics can differ): the error names the join, both topics and counts."""
+        internal = self.topology.internal_topics
+        for group in self.topology.copartition_groups:
+            external = [(topic, counts[topic]) for topic in group.topics if topic not in internal and topic in counts]
+            for topic, count in external[1:]:
+                first, first_count = external[0]
+                if count != first_count:
+                    raise CoPartitioningError(
+                        f"{group.operation} needs co-partitioned inputs, but topic {first!r} has {first_count} "
+                        f"partitions and topic {topic!r} has {count}: a key must be in the same partition of "
+                        f"both. Give the topics the same partition count, or repartition one side to the "
+                        f"other's count (stream.repartition(...), table.to_stream().repartition(...).to_table())")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 # A buffered record: (timestamp, key, value, message). The message keeps topic/partition/offset/headers.
@@ -27,8 +28,10 @@ class PartitionGroup:
     The record with the lowest timestamp among the heads of the queues goes first, so a task reading
     several co-partitioned topics processes them in event-time order. When some queues are empty, the
     task waits up to ``max.task.idle.ms`` for them before processing what it has (0 or -1: don't wait;
-    the consumer's lag is not known here, so Brook does not emulate Kafka Streams' "wait while a fetch
-    is pending" for 0).
+    Brook does not emulate Kafka Streams' "wait while a fetch is pending" for 0). As in Kafka Streams
+    (KIP-695), an empty partition that is caught up — ``caught_up(tp)``: everything up to the high
+    watermark of its last fetch was taken — is not waited for: there is nothing to wait for, so a
+    stream joined with a table that rarely changes is not held back after every table update.
     """
 
     def __init__(self, partitions: list[tuple[str, int]], max_idle_ms: int) -> None:
@@ -36,6 +39,8 @@ class PartitionGroup:
         self._max_idle_ms = max_idle_ms
         self._idle_since: int | None = None
         self.buffered = 0
+        self._caught_up_at = -1  # the time of the answers in _caught_up (asked once per processing round)
+        self._caught_up: dict[tuple[str, int], bool] = {}
 
     def add(self, tp: tuple[str, int], records: list[Buffered]) -> None:
         queue = self.queues[tp]
@@ -45,13 +50,15 @@ class PartitionGroup:
     def size(self, tp: tuple[str, int]) -> int:
         return len(self.queues[tp].records)
 
-    def next_queue(self, now_ms: int) -> RecordQueue | None:
+    def next_queue(self, now_ms: int, caught_up: Callable[[tuple[str, int]], bool] | None = None
+                   ) -> RecordQueue | None:
         """The queue whose head should be processed next, or None to wait (or when all are empty)."""
         best: RecordQueue | None = None
         missing = False
-        for queue in self.queues.values():
+        for tp, queue in self.queues.items():
             if not queue.records:
-                missing = True
+                if not missing and not (caught_up is not None and self._is_caught_up(tp, now_ms, caught_up)):
+                    missing = True
             elif best is None or queue.records[0][0] < best.records[0][0]:
                 best = queue
         if best is None:
@@ -64,6 +71,17 @@ class PartitionGroup:
         else:
             self._idle_since = None
         return best
+
+    def _is_caught_up(self, tp: tuple[str, int], now_ms: int, caught_up: Callable[[tuple[str, int]], bool]) -> bool:
+        """``caught_up(tp)``, asked once per partition per processing round (per ``now_ms``): an empty queue
+        gets no records while its task processes."""
+        if now_ms != self._caught_up_at:
+            self._caught_up.clear()
+            self._caught_up_at = now_ms
+        known = self._caught_up.get(tp)
+        if known is None:
+            known = self._caught_up[tp] = caught_up(tp)
+        return known
 
     def pop(self, queue: RecordQueue) -> Buffered:
         self.buffered -= 1

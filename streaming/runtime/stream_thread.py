@@ -125,7 +125,8 @@ class StreamThread(threading.Thread):
                 self._dispatch(messages, task_of)
                 self.processed += len(messages)
             if self._paused or any(t.group is not None for t in self.tasks.tasks.values()):
-                self.tasks.process_buffered(max_records)
+                self.tasks.process_buffered(max_records, self._caught_up)
+                self._pause_full()
                 self._resume_drained()
             self.collector.poll()
             now = wall_clock_ms()
@@ -168,9 +169,6 @@ class StreamThread(threading.Thread):
             task.process_messages(run)
             return
         task.add_messages(run)
-        if task.buffered_count(tp) >= self.config["buffered.records.per.partition"] and tp not in self._paused:
-            self.consumer.pause([TopicPartition(*tp)])
-            self._paused.add(tp)
 
     def _start_processing(self, task: StreamTask) -> None:
         """A task finished restoring: resume its partitions and process what arrived meanwhile."""
@@ -178,6 +176,32 @@ class StreamThread(threading.Thread):
         pending, task.pending = task.pending, []
         for run in pending:
             self._hand_over(run, 0, len(run), self.tasks.task_of)
+
+    def _caught_up(self, tp: tuple[str, int]) -> bool:
+        """Whether this consumer has taken every record of ``tp`` up to the high watermark of its last fetch
+        (the high watermark in Fetch responses, which the embedded broker reports right; unknown: False)."""
+        partition = TopicPartition(*tp)
+        watermarks = self.consumer.get_watermark_offsets(partition, cached=True)
+        if watermarks is None or watermarks[1] < 0:
+            return False
+        high = watermarks[1]
+        position = self.consumer.position([partition])[0].offset
+        return position >= high if position >= 0 else high == 0  # nothing taken yet: caught up if empty
+
+    def _pause_full(self) -> None:
+        """Pause the partitions that still buffer ``buffered.records.per.partition`` records after a round of
+        processing (their task waits for another partition, or they arrive faster than it takes them).
+
+        Checked after processing, not when records arrive: one poll returns thousands of records of one
+        partition, and librdkafka drops a paused partition's prefetched records and fetches them again on
+        resume, so pausing on arrival refetched every partition of a multi-partition task (a join) all the
+        time."""
+        limit = self.config["buffered.records.per.partition"]
+        full = [tp for task in self.tasks.tasks.values() if task.group is not None
+                for tp in task.partitions if tp not in self._paused and task.buffered_count(tp) >= limit]
+        if full:
+            self.consumer.pause([TopicPartition(*tp) for tp in full])
+            self._paused.update(full)
 
     def _resume_drained(self) -> None:
         limit = self.config["buffered.records.per.partition"]

@@ -272,8 +272,9 @@ class StreamTask:
         queue.partition_time = partition_time
         self.group.add(tp, buffered)  # type: ignore[union-attr]
 
-    def process_buffered(self, max_records: int) -> int:
-        """Process up to ``max_records`` buffered records, lowest timestamp first. Returns how many."""
+    def process_buffered(self, max_records: int, caught_up: Callable[[TopicPartition], bool] | None = None) -> int:
+        """Process up to ``max_records`` buffered records, lowest timestamp first. Returns how many.
+        ``caught_up(tp)``: whether an empty partition has nothing more to fetch (see PartitionGroup)."""
         group = self.group
         if group is None or not group.buffered:
             return 0
@@ -282,7 +283,7 @@ class StreamTask:
         message = None
         try:
             while done < max_records:
-                queue = group.next_queue(now)
+                queue = group.next_queue(now, caught_up)
                 if queue is None:
                     break
                 timestamp, key, value, message = group.pop(queue)

@@ -235,11 +235,11 @@ class TaskManager:
         self.close_standbys()
 
     # -- processing helpers -------------------------------------------------------------------------------
-    def process_buffered(self, max_records: int) -> int:
+    def process_buffered(self, max_records: int, caught_up: Callable[[tuple[str, int]], bool] | None = None) -> int:
         done = 0
         for task in self.tasks.values():
             if task.group is not None and task.initialized:
-                done += task.process_buffered(max_records)
+                done += task.process_buffered(max_records, caught_up)
         return done
 
     def punctuate_wall_clock(self, now: int) -> None:

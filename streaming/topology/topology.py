@@ -41,6 +41,17 @@ class Subtopology:
         raise KeyError(topic)
 
 
+@dataclass(frozen=True)
+class CopartitionGroup:
+    """Topics that must have the same partition count because ``operation`` joins what they carry
+    (Kafka Streams' co-partition groups): key k of every one of them must be in the same partition
+    number, so one task sees both sides of the key. ``topics`` are the source topics feeding the join
+    (internal ones prefixed once the topology is bound)."""
+
+    operation: str  # e.g. "stream-table join 'KSTREAM-JOIN-0000000004'"
+    topics: tuple[str, ...]
+
+
 class Topology:
     """A processor topology, built with the Processor API or by ``StreamsBuilder.build()``.
 
@@ -57,6 +68,7 @@ class Topology:
         self._subtopologies: list[Subtopology] | None = None
         self._global_stores: dict[str, GlobalStoreDef] = {}
         self._global_state_stores: dict[str, Any] = {}  # store instances, in a runtime's view only
+        self._copartitioned: list[tuple[str, tuple[str, ...]]] = []  # (operation, nodes whose sources join)
 
     # -- building -------------------------------------------------------------------------------------
     def add_source(self, name: str, *topics: str, key_serde: Serde[Any] | None = None,
@@ -237,6 +249,37 @@ class Topology:
             self._nodes[parent].children.append(node.name)
         self._nodes[node.name] = node
         self._subtopologies = None
+
+    def copartition(self, operation: str, *node_names: str) -> Topology:
+        """Require the source topics that feed ``node_names`` to be co-partitioned: ``operation`` (a join,
+        named in errors) joins the records of these nodes by key. Checked at start-up; internal topics of
+        the group are created with the group's partition count."""
+        for name in node_names:
+            if name not in self._nodes:
+                raise TopologyError(f"{operation}: node {name!r} is not in the topology")
+        self._copartitioned.append((operation, node_names))
+        return self
+
+    @property
+    def copartition_groups(self) -> list[CopartitionGroup]:
+        """Every group of topics a join needs co-partitioned (see :meth:`copartition`)."""
+        return [CopartitionGroup(operation, tuple(dict.fromkeys(t for n in nodes for t in self._sources_of(n))))
+                for operation, nodes in self._copartitioned]
+
+    def _sources_of(self, name: str) -> list[str]:
+        """The topics of the source nodes upstream of node ``name`` (itself included)."""
+        topics: list[str] = []
+        seen: set[str] = set()
+        pending = [name]
+        while pending:
+            node = self._nodes[pending.pop()]
+            if node.name in seen:
+                continue
+            seen.add(node.name)
+            if isinstance(node, SourceNodeDef):
+                topics.extend(node.topics)
+            pending.extend(node.parents)
+        return topics
 
     # -- reading ---------------------------------------------------------------------------------------
     @property

@@ -47,10 +47,10 @@ class Harness:
     """InteractiveQueries over in-memory stores of fake tasks for the given local partitions."""
 
     def __init__(self, key_serde: Serde[Any] | None = None, caching: bool = False, host: str | None = None,
-                 local: tuple[int, ...] = (0, 1, 2)) -> None:
+                 local: tuple[int, ...] = (0, 1, 2), timestamped: bool = False) -> None:
         self.key_serde = key_serde or Serdes.String()
-        builder = Stores.key_value_store_builder(Stores.in_memory_key_value_store(STORE), self.key_serde,
-                                                 Serdes.Json())
+        make = Stores.timestamped_key_value_store_builder if timestamped else Stores.key_value_store_builder
+        builder = make(Stores.in_memory_key_value_store(STORE), self.key_serde, Serdes.Json())
         if caching:
             builder.with_caching_enabled()
         self.topology = (Topology().add_source("src", "in").add_processor("p", Noop, "src")
@@ -155,6 +155,19 @@ def test_reads_see_unflushed_cache_writes_without_flushing() -> None:
     assert list(view.range("b", "d")) == [("b", 2), ("d", 1)]
     assert (view.get("b"), view.get("c"), view.get("e")) == (2, None, 5)
     assert sum(len(t.stores[STORE].unflushed()) for t in harness.tasks) == 3, "a read flushed the cache"
+
+
+@pytest.mark.parametrize("caching", [False, True], ids=["uncached", "cached"])
+def test_scans_of_a_timestamped_store_give_plain_values(caching: bool) -> None:
+    # Tables, aggregations and join results keep a timestamp with each value; queries show the value.
+    harness = Harness(caching=caching, timestamped=True)
+    for key, value in (("a", {"n": 1}), ("b", {"n": 2}), ("c", {"n": 3})):
+        harness.put(key, value)
+    view = harness.iq.store(STORE)
+    assert list(view.all()) == [("a", {"n": 1}), ("b", {"n": 2}), ("c", {"n": 3})]
+    assert list(view.range("b", "c")) == [("b", {"n": 2}), ("c", {"n": 3})]
+    assert list(view.prefix_scan("a")) == [("a", {"n": 1})]
+    assert view.get("b") == {"n": 2}
 
 
 def test_overlay_merges_pending_writes() -> None:
