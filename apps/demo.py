@@ -1,11 +1,13 @@
 """``make demo``: the embedded broker, two worker processes per app over generated data, the platform's
 Dagster assets over their output, a summary.
 
-Starts the embedded broker, creates the topics, produces generated lines and orders, runs the word
-count (Processor API + wall-clock punctuator) and the orders cleaning pipeline (stateless DSL) in two
-``brook worker run`` processes each, shows a progress bar until the workers have committed all
-input, stops them with SIGTERM (a clean close), reads the outputs back and checks them against an
-oracle computed from the generated input. Then, through Dagster (``apps.demo_platform``): the word
+Starts the embedded broker, creates the topics, runs the word count (Processor API + wall-clock
+punctuator) and the orders pipeline (dedupe, validate, mask, split, two joins, hourly windowed count
+with suppressed finals) in two ``brook worker run`` processes each. It produces generated lines, users
+and items at once, and feeds generated orders (with duplicates, invalid, out-of-order and late ones) in
+batches as they would arrive live; shows a progress bar until the workers have committed everything,
+stops them with SIGTERM (a clean close), reads the outputs back and checks them against oracles
+computed from the generated input (``apps.orders.oracle``). Then, through Dagster (``apps.demo_platform``): the word
 count's changelog is compacted into a snapshot with Spark, the orders topics and the word counts are
 archived into daily Parquet partitions and checked with Great Expectations, and a fresh word count
 instance restores its store from the snapshot. It prints both summaries and stops the broker.
@@ -30,8 +32,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from apps.demo_platform import PlatformSummary, run_platform
-from apps.orders import LINES_TOPIC, ORDERS_TOPIC, REJECTED_TOPIC
-from apps.orders.validation import item_lines, rejection_reason
+from apps.orders import oracle
+from apps.orders.pipeline import (
+    APPLICATION_ID,
+    GRACE,
+    HOURLY_TOPIC,
+    ITEMS_TOPIC,
+    LATE_LINES_TOPIC,
+    LINES_TOPIC,
+    ORDERS_TOPIC,
+    REJECTED_TOPIC,
+    USERS_TOPIC,
+    WINDOW,
+)
 from apps.wordcount import INPUT_TOPIC as LINES_IN
 from apps.wordcount import OUTPUT_TOPIC as COUNTS_OUT
 from apps.wordcount import WORDS_TOPIC
@@ -40,7 +53,8 @@ from streaming.admin import create_topics
 from streaming.broker import EmbeddedBroker
 from streaming.serdes import Serdes
 from streaming.testing import generators
-from streaming.testing.kafka import committed_offsets, group_lag, produce, read_topic
+from streaming.testing.generators import GeneratedRecord
+from streaming.testing.kafka import committed_offsets, group_lag, produce, produce_paced, read_topic
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".brook" / "demo"
@@ -48,8 +62,15 @@ PARTITIONS = 4
 WORKERS_PER_APP = 2
 APPS = {  # application.id -> (topology, config file, input topic)
     "wordcount": ("apps.wordcount:topology", "apps/wordcount/config.yaml", LINES_IN),
-    "orders-cleaning": ("apps.orders:cleaning_topology", "apps/orders/config.yaml", ORDERS_TOPIC),
+    APPLICATION_ID: ("apps.orders:topology", "apps/orders/config.yaml", ORDERS_TOPIC),
 }
+# Topics each app reads after its input: the demo is done when the app has committed them to their end.
+LATER_INPUTS = {"wordcount": [WORDS_TOPIC],
+                APPLICATION_ID: [f"{APPLICATION_ID}-lines-by-item-left-repartition",
+                                 f"{APPLICATION_ID}-lines-by-region-repartition"]}
+ORDERS_PER_BATCH = 500  # ~8 min of event time: the workers read the order partitions within minutes of each other
+USERS, ITEMS = 2_000, 200
+WINDOW_MS, GRACE_MS = int(WINDOW.total_seconds() * 1000), int(GRACE.total_seconds() * 1000)
 
 console = Console()
 
@@ -64,27 +85,35 @@ def start_worker(app_id: str, index: int, bootstrap: str) -> subprocess.Popen[by
         env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-def wait_until_committed(bootstrap: str, ends: dict[str, dict[int, int]], workers: list[subprocess.Popen[bytes]],
-                         timeout: float) -> float:
-    """Progress bar over committed input offsets; returns the seconds it took."""
-    total = sum(sum(e.values()) for e in ends.values())
-    started = time.monotonic()
-    with Progress(TextColumn("[bold]processing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
-        bar = progress.add_task("records", total=total)
+class CommitProgress:
+    """A progress bar over the workers' committed input offsets, checking that no worker died."""
+
+    def __init__(self, bootstrap: str, total: int, workers: list[subprocess.Popen[bytes]], progress: Progress) -> None:
+        self.bootstrap, self.total, self.workers, self.progress = bootstrap, total, workers, progress
+        self.bar = progress.add_task("records", total=total)
+        self.ends: dict[str, dict[int, int]] = {}
+        self.started = time.monotonic()
+
+    def update(self) -> int:
+        done = 0
+        for app_id, app_ends in self.ends.items():
+            committed = committed_offsets(self.bootstrap, app_id, APPS[app_id][2], PARTITIONS)
+            done += sum(min(committed.get(p, 0), end) for p, end in app_ends.items())
+        self.progress.update(self.bar, completed=done)
+        failed = [w for w in self.workers if w.poll() is not None]
+        if failed:
+            raise RuntimeError(f"worker pid {failed[0].pid} exited with {failed[0].returncode}; see {WORK}")
+        return done
+
+    def wait_until_done(self, timeout: float) -> float:
+        """Until every input and every later input (repartition topics) is committed; the seconds since start."""
         while True:
-            done = 0
-            for app_id, app_ends in ends.items():
-                committed = committed_offsets(bootstrap, app_id, APPS[app_id][2], PARTITIONS)
-                done += sum(min(committed.get(p, 0), end) for p, end in app_ends.items())
-            progress.update(bar, completed=done)
-            if done >= total and group_lag(bootstrap, "wordcount", WORDS_TOPIC, PARTITIONS) == 0:
-                return time.monotonic() - started  # inputs and the words topic fully committed
-            failed = [w for w in workers if w.poll() is not None]
-            if failed:
-                raise RuntimeError(f"worker pid {failed[0].pid} exited with {failed[0].returncode}; see {WORK}")
-            if time.monotonic() - started > timeout:
-                raise TimeoutError(f"input not fully committed after {timeout:.0f} s ({done}/{total}); see {WORK}")
+            done = self.update()
+            if done >= self.total and all(group_lag(self.bootstrap, app_id, topic, PARTITIONS) == 0
+                                          for app_id, topics in LATER_INPUTS.items() for topic in topics):
+                return time.monotonic() - self.started
+            if time.monotonic() - self.started > timeout:
+                raise TimeoutError(f"input not fully committed after {timeout:.0f} s ({done}/{self.total}); see {WORK}")
             time.sleep(0.5)
 
 
@@ -105,34 +134,48 @@ def stop_workers(workers: list[subprocess.Popen[bytes]]) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=100_000, help="generated lines of text")
-    parser.add_argument("--orders", type=int, default=50_000, help="generated orders")
+    parser.add_argument("--orders", type=int, default=30_000, help="generated orders (one a second of event time)")
     args = parser.parse_args(argv)
     shutil.rmtree(WORK, ignore_errors=True)  # a fresh broker each run: old local state would not match it
     WORK.mkdir(parents=True, exist_ok=True)
 
     lines = generators.words(args.lines, seed=1, out_of_order=0.05)
-    orders = generators.orders(args.orders, seed=1, out_of_order=0.05, invalid=0.02)
+    catalog_from = generators.ORDERS_START_MS - 24 * WINDOW_MS  # users and items exist before the orders
+    users, items = generators.users(USERS, start_ms=catalog_from), generators.items(ITEMS, start_ms=catalog_from)
+    orders = generators.orders(args.orders, seed=1, users=USERS, items=ITEMS, out_of_order=0.05, max_disorder_ms=5 * 60_000, late=0.01,
+                               lateness_ms=2 * WINDOW_MS, duplicates=0.02, invalid=0.02)
     with EmbeddedBroker(workdir=WORK / "broker") as broker:
         bootstrap = broker.bootstrap_servers
         console.print(f"[bold]embedded broker[/] on {bootstrap}")
-        create_topics(bootstrap, {t: PARTITIONS for t in (LINES_IN, WORDS_TOPIC, COUNTS_OUT, ORDERS_TOPIC, LINES_TOPIC,
-                                                          REJECTED_TOPIC)})
+        create_topics(bootstrap, {t: PARTITIONS for t in (LINES_IN, WORDS_TOPIC, COUNTS_OUT, ORDERS_TOPIC, USERS_TOPIC,
+                                                          ITEMS_TOPIC, LINES_TOPIC, REJECTED_TOPIC, LATE_LINES_TOPIC,
+                                                          HOURLY_TOPIC)})
         loaded = time.monotonic()
-        ends = {"wordcount": produce(bootstrap, LINES_IN, lines, Serdes.String(), Serdes.String()),
-                "orders-cleaning": produce(bootstrap, ORDERS_TOPIC, orders, Serdes.String(), Serdes.Json())}
-        console.print(f"produced {len(lines):,} lines and {len(orders):,} orders in {time.monotonic() - loaded:.1f} s")
+        produce(bootstrap, USERS_TOPIC, users, Serdes.String(), Serdes.Json())
+        produce(bootstrap, ITEMS_TOPIC, items, Serdes.String(), Serdes.Json())
+        line_ends = produce(bootstrap, LINES_IN, lines, Serdes.String(), Serdes.String())
+        console.print(f"produced {len(lines):,} lines, {len(users)} users and {len(items)} items in "
+                      f"{time.monotonic() - loaded:.1f} s; {len(orders):,} orders follow in batches of "
+                      f"{ORDERS_PER_BATCH} as the workers take them")
 
         workers = [start_worker(app_id, i, bootstrap) for app_id in APPS for i in range(WORKERS_PER_APP)]
         console.print(f"started {len(workers)} worker processes "
                       f"({WORKERS_PER_APP} per app, pids {', '.join(str(w.pid) for w in workers)})")
         try:
-            seconds = wait_until_committed(bootstrap, ends, workers, timeout=300)
+            with Progress(TextColumn("[bold]processing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=console, transient=False) as progress:
+                tracker = CommitProgress(bootstrap, len(lines) + len(orders), workers, progress)
+                tracker.ends["wordcount"] = line_ends
+                tracker.ends[APPLICATION_ID] = produce_paced(
+                    bootstrap, ORDERS_TOPIC, orders, Serdes.String(), Serdes.Json(), APPLICATION_ID, PARTITIONS,
+                    ORDERS_PER_BATCH, timeout=300, on_batch=lambda _: tracker.update())
+                seconds = tracker.wait_until_done(timeout=300)
         finally:
             codes = stop_workers(workers)
         counts = read_topic(bootstrap, COUNTS_OUT, Serdes.String(), Serdes.Long(), PARTITIONS)
-        order_lines = read_topic(bootstrap, LINES_TOPIC, Serdes.String(), Serdes.Json(), PARTITIONS)
-        rejected = read_topic(bootstrap, REJECTED_TOPIC, Serdes.String(), Serdes.Json(), PARTITIONS)
-        streaming_ok = report(lines, orders, counts, order_lines, rejected, seconds, codes)
+        outputs = {topic: read_topic(bootstrap, topic, Serdes.String(), Serdes.Json(), PARTITIONS)
+                   for topic in (LINES_TOPIC, REJECTED_TOPIC, LATE_LINES_TOPIC, HOURLY_TOPIC)}
+        streaming_ok = report(lines, (orders, users, items), counts, outputs, seconds, codes)
         console.print("\n[bold]platform[/]: compaction, archive and quality checks through Dagster "
                       f"(DAGSTER_HOME={os.environ.get('DAGSTER_HOME', 'ephemeral')})")
         started = time.monotonic()
@@ -151,42 +194,89 @@ def expected_word_counts(lines: list[Any]) -> dict[str, int]:
     return dict(collections.Counter(w for record in lines for w in words_of(record.value)))
 
 
-def report(lines: list[Any], orders: list[Any], counts: list[Any], order_lines: list[Any], rejected: list[Any],
-           seconds: float, codes: list[int]) -> bool:
+def report(lines: list[Any], catalog: tuple[list[GeneratedRecord], ...], counts: list[Any],
+           outputs: dict[str, list[Any]], seconds: float, codes: list[int]) -> bool:
+    orders, users, items = catalog
     expected_counts = expected_word_counts(lines)
     final_counts = {record.key: record.value for record in counts}  # last value per word wins
-    valid = [o for o in orders if rejection_reason(o.key, o.value) is None]
-    expected_lines = sum(len(item_lines(o.value)) for o in valid)
-    masked = all(set(r.value.get("card_number", "")) <= set("*0123456789") for r in order_lines)
-    checks = {
-        "word counts equal the oracle's": final_counts == dict(expected_counts),
-        "one output line per valid order line": len(order_lines) == expected_lines,
-        "every invalid order rejected with a reason": len(rejected) == len(orders) - len(valid)
-        and all(r.value.get("reason") for r in rejected),
-        "no card number in clear": masked and all("card_number" not in r.value for r in order_lines),
-        "workers stopped cleanly (exit 0)": all(code == 0 for code in codes),
-    }
+    hourly = [record.value for record in outputs[HOURLY_TOPIC]]
+    order_lines, rejected = outputs[LINES_TOPIC], outputs[REJECTED_TOPIC]
+    checks = {"word counts equal the oracle's": final_counts == dict(expected_counts),
+              **order_checks(orders, users, items, outputs),
+              "workers stopped cleanly (exit 0)": all(code == 0 for code in codes)}
     records_in = len(lines) + len(orders)
     table = Table(title="Brook demo", show_header=True)
     table.add_column("")
     table.add_column("word count", justify="right")
-    table.add_column("orders cleaning", justify="right")
-    table.add_row("records in", f"{len(lines):,}", f"{len(orders):,}")
+    table.add_column("orders pipeline", justify="right")
+    table.add_row("records in", f"{len(lines):,} lines", f"{len(orders):,} orders, {len(users)} users, {len(items)} items")
     table.add_row("records out", f"{len(counts):,} count updates",
-                  f"{len(order_lines):,} lines + {len(rejected):,} rejected")
+                  f"{len(order_lines):,} lines, {len(rejected):,} rejected, "
+                  f"{len(outputs[LATE_LINES_TOPIC]):,} late, {len(hourly)} hourly finals")
     table.add_row("workers", str(WORKERS_PER_APP), str(WORKERS_PER_APP))
     console.print(table)
     console.print(f"processed {records_in:,} records in {seconds:.1f} s "
-                  f"({records_in / max(seconds, 1e-9):,.0f} records/s, including group joins)")
+                  f"({records_in / max(seconds, 1e-9):,.0f} records/s, orders fed as they would arrive)")
     top = Table(title="top 10 words", show_header=True)
     top.add_column("word")
     top.add_column("count", justify="right")
     for word, count in sorted(final_counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]:
         top.add_row(word, f"{count:,}")
     console.print(top)
+    console.print(hourly_table(hourly))
     for name, ok in checks.items():
         console.print(f"  {'[green]ok[/]' if ok else '[red]FAILED[/]'}  {name}")
     return all(checks.values())
+
+
+def order_checks(orders: list[GeneratedRecord], users: list[GeneratedRecord], items: list[GeneratedRecord],
+                 outputs: dict[str, list[Any]]) -> dict[str, bool]:
+    """The orders pipeline's outputs against the oracle (no worker was killed: every result exactly once)."""
+    on_time, late = oracle.split_by_lateness(orders, users, items)
+    buyers, lines = oracle.hourly_buyers(on_time, WINDOW_MS), oracle.hourly_lines(on_time, WINDOW_MS)
+    hourly = [record.value for record in outputs[HOURLY_TOPIC]]
+    finals = {(final["region"], final["window_start"]): final for final in hourly}
+    last = max(order.timestamp for order in orders)
+    closed = {window for window in buyers if window[1] + WINDOW_MS + GRACE_MS <= last - WINDOW_MS}
+    first_copies = [order for order in orders if not order.duplicate]
+    valid_lines = sorted((o.value["order_id"], line["item"]) for o in first_copies if o.defect is None
+                         for line in o.value["items"])
+    rejected = outputs[REJECTED_TOPIC]
+    wrong = [f"{w}: {f['users']} users / {f['lines']} lines, expected {len(buyers.get(w, ()))} / {lines.get(w, 0)}"
+             for w, f in sorted(finals.items()) if f["users"] != len(buyers.get(w, ())) or f["lines"] != lines.get(w)]
+    for problem in [*wrong, *(f"{w}: no final" for w in sorted(closed - set(finals)))][:10]:
+        console.print(f"  [red]hourly result[/] {problem}")
+    return {
+        "hourly local buyers and lines equal the oracle's, one final per closed window":
+            len(finals) == len(hourly) and closed <= set(finals) and not wrong,
+        "late lines (after their window closed) in order-lines-late, and only they":
+            sorted((r.value["order_id"], r.value["item"]) for r in outputs[LATE_LINES_TOPIC])
+            == sorted((line.order_id, line.item) for line in late),
+        "one line per item of each valid order, duplicates dropped":
+            sorted((r.value["order_id"], r.value["item"]) for r in outputs[LINES_TOPIC]) == valid_lines,
+        "every invalid order rejected with a reason":
+            {r.value["order"]["order_id"] for r in rejected} == {o.value["order_id"] for o in first_copies if o.defect}
+            and all(r.value.get("reason") for r in rejected),
+        "no card number in clear": not any("card_number" in r.value for r in outputs[LINES_TOPIC])
+            and all(set(r.value["order"]["card_number"][:-4]) <= {"*"} for r in rejected),
+    }
+
+
+def hourly_table(hourly: list[dict[str, Any]]) -> Table:
+    """Distinct local buyers (and their lines) per hour and region."""
+    regions = sorted({final["region"] for final in hourly})
+    table = Table(title="local buyers per hour (users who bought an item made in their region: users / lines)")
+    table.add_column("hour (UTC)")
+    for region in regions:
+        table.add_column(region, justify="right")
+    by_hour: dict[int, dict[str, dict[str, Any]]] = {}
+    for final in hourly:
+        by_hour.setdefault(final["window_start"], {})[final["region"]] = final
+    for start in sorted(by_hour):
+        cells = [by_hour[start].get(region) for region in regions]
+        table.add_row(datetime.fromtimestamp(start / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M"),
+                      *(f"{c['users']} / {c['lines']}" if c else "-" for c in cells))
+    return table
 
 
 def report_platform(platform: PlatformSummary, seconds: float) -> bool:

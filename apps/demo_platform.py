@@ -73,7 +73,7 @@ def run_platform(bootstrap: str, work: Path, order_days: list[str], today: str,
             summary.failures.extend(f"{e.step_key}: {e.step_failure_data.error.message.strip()}" for e in failed)
 
     run(dg.AssetSelection.groups("compaction"), None)
-    order_topics = [archive_asset_key(topic) for topic in ("orders", "order-lines", "orders-rejected")]
+    order_topics = [archive_asset_key(topic) for topic in ("orders", "order-lines", "orders-rejected", "local-buyers-hourly")]
     for day in order_days:
         run(dg.AssetSelection.assets(*order_topics), day)
     run(dg.AssetSelection.assets(archive_asset_key("wordcount-counts")), today)

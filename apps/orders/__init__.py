@@ -1,9 +1,17 @@
-"""The orders pipeline (the reference application).
+"""The orders pipeline (the reference application): :func:`topology` in :mod:`apps.orders.pipeline`,
+its rules in :mod:`apps.orders.validation`, and what it must output in :mod:`apps.orders.oracle`."""
 
-Built so far: the stateless cleaning stage (validate, mask, split into item lines). Deduplication,
-the user and item joins and the hourly windowed count come with the state, windows and joins work.
-"""
+from apps.orders.pipeline import (
+    APPLICATION_ID,
+    HOURLY_TOPIC,
+    ITEMS_TOPIC,
+    LATE_LINES_TOPIC,
+    LINES_TOPIC,
+    ORDERS_TOPIC,
+    REJECTED_TOPIC,
+    USERS_TOPIC,
+    topology,
+)
 
-from apps.orders.cleaning import LINES_TOPIC, ORDERS_TOPIC, REJECTED_TOPIC, cleaning_topology
-
-__all__ = ["LINES_TOPIC", "ORDERS_TOPIC", "REJECTED_TOPIC", "cleaning_topology"]
+__all__ = ["APPLICATION_ID", "HOURLY_TOPIC", "ITEMS_TOPIC", "LATE_LINES_TOPIC", "LINES_TOPIC", "ORDERS_TOPIC",
+           "REJECTED_TOPIC", "USERS_TOPIC", "topology"]

@@ -124,12 +124,24 @@ class KStream:
     def process(self, supplier: Callable[[], Any], *store_names: str, name: str | None = None) -> KStream:
         """Run a Processor API processor on the stream; it may use the named stores (added with
         ``StreamsBuilder.add_state_store``). The returned stream carries what it forwards."""
+        node = self._add_processor(supplier, store_names, name)
+        return KStream(self._builder, node, None, None, repartition_required=True)
+
+    def process_values(self, supplier: Callable[[], Any], *store_names: str, name: str | None = None) -> KStream:
+        """As :meth:`process`, for a processor that forwards records with the key it was given (Kafka
+        Streams' ``processValues``): the returned stream keeps the key serde and needs no repartition
+        before a join or ``group_by_key``. Brook does not check the keys; changing one breaks
+        co-partitioning silently, so use :meth:`process` for that."""
+        node = self._add_processor(supplier, store_names, name)
+        return KStream(self._builder, node, self.key_serde, None, repartition_required=self._repartition_required)
+
+    def _add_processor(self, supplier: Callable[[], Any], store_names: tuple[str, ...], name: str | None) -> str:
         node = name or self._builder._new_name("PROCESSOR")
         topology = self._builder.topology
         topology.add_processor(node, supplier, self._node)
         if store_names:
             topology.connect_processor_and_state_stores(node, store_names=list(store_names))
-        return KStream(self._builder, node, None, None, repartition_required=True)
+        return node
 
     # -- grouping, repartitioning, tables -----------------------------------------------------------------------
     def group_by_key(self, key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,

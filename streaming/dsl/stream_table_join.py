@@ -3,9 +3,9 @@ and KStreamGlobalKTableJoin).
 
 Only stream records trigger the join: each one reads the table as it is when the record is processed.
 A task processes its partitions' buffered records in timestamp order, so a table update with a lower
-timestamp than a stream record is seen by it when both were fetched; ``max.task.idle.ms`` makes a task
-wait for a partition that has no buffered records but still has records to fetch (not for one read to
-its end). A table update alone emits nothing. The output keeps the stream record's key, timestamp
+timestamp than a stream record is seen by it, and a task waits for a partition that has no buffered
+records but still has records on the broker (by default; ``max.task.idle.ms``: see
+:class:`~streaming.runtime.partition_group.PartitionGroup`). A table update alone emits nothing. The output keeps the stream record's key, timestamp
 and headers; its value is ``joiner(stream_value, table_value)`` (or ``joiner(key, stream_value,
 table_value)``: a joiner taking three arguments gets the key too, as Kafka Streams' ValueJoinerWithKey).
 """

@@ -109,6 +109,11 @@ class ProcessorContext:
         """Ask for a commit as soon as the current record is done."""
         raise NotImplementedError
 
+    def record_dropped(self, reason: str) -> None:
+        """Count a record this processor skips on purpose (the ``dropped_records`` metric of the app and of
+        the test driver) and log ``reason`` at debug with the record's topic, partition and offset."""
+        raise NotImplementedError
+
     @property
     def topic(self) -> str | None:
         raise NotImplementedError

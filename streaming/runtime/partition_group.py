@@ -13,7 +13,7 @@ Buffered = tuple[int, Any, Any, Any]
 class RecordQueue:
     """Decoded records of one input partition, in offset order."""
 
-    __slots__ = ("topic", "partition", "records", "partition_time")
+    __slots__ = ("partition", "partition_time", "records", "topic")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -26,12 +26,18 @@ class PartitionGroup:
     """Chooses which buffered record a multi-partition task processes next.
 
     The record with the lowest timestamp among the heads of the queues goes first, so a task reading
-    several co-partitioned topics processes them in event-time order. When some queues are empty, the
-    task waits up to ``max.task.idle.ms`` for them before processing what it has (0 or -1: don't wait;
-    Brook does not emulate Kafka Streams' "wait while a fetch is pending" for 0). As in Kafka Streams
-    (KIP-695), an empty partition that is caught up — ``caught_up(tp)``: everything up to the high
-    watermark of its last fetch was taken — is not waited for: there is nothing to wait for, so a
-    stream joined with a table that rarely changes is not held back after every table update.
+    several co-partitioned topics processes them in event-time order. When a queue is empty, the task
+    waits as Kafka Streams does (KIP-695) by ``max.task.idle.ms``:
+
+    - ``-1``: never; process what is buffered.
+    - ``0`` (the default): while the empty partition has records on the broker the consumer has not
+      taken (``caught_up(tp)`` is False: its last fetch's high watermark is past the position, or it
+      was not fetched yet). So a stream joined with a table reads the table's earlier updates first,
+      also at start-up; a table read to its end holds nothing back.
+    - ``> 0``: as ``0``, and also up to that many ms for a partition read to its end, for records not
+      yet on the broker (an upstream app running behind).
+
+    ``caught_up=None`` (the test driver, which has every record at hand) counts as caught up.
     """
 
     def __init__(self, partitions: list[tuple[str, int]], max_idle_ms: int) -> None:
@@ -54,16 +60,19 @@ class PartitionGroup:
                    ) -> RecordQueue | None:
         """The queue whose head should be processed next, or None to wait (or when all are empty)."""
         best: RecordQueue | None = None
-        missing = False
+        idle_empty = False
         for tp, queue in self.queues.items():
             if not queue.records:
-                if not missing and not (caught_up is not None and self._is_caught_up(tp, now_ms, caught_up)):
-                    missing = True
+                if self._max_idle_ms < 0:
+                    continue
+                if caught_up is not None and not self._is_caught_up(tp, now_ms, caught_up):
+                    return None  # records to fetch: wait for them
+                idle_empty = True
             elif best is None or queue.records[0][0] < best.records[0][0]:
                 best = queue
         if best is None:
             return None
-        if missing and self._max_idle_ms > 0:
+        if idle_empty and self._max_idle_ms > 0:
             if self._idle_since is None:
                 self._idle_since = now_ms
             if now_ms - self._idle_since < self._max_idle_ms:

@@ -66,6 +66,31 @@ def produce(bootstrap_servers: str, topic: str, records: Iterable[Any], key_serd
     return ends
 
 
+def produce_paced(bootstrap_servers: str, topic: str, records: list[Any], key_serde: Serde[Any],
+                  value_serde: Serde[Any], group: str, partitions: int, batch_size: int, timeout: float = 120.0,
+                  on_batch: Callable[[int], None] | None = None) -> dict[int, int]:
+    """Produce ``records`` in batches of ``batch_size``, as live data arrives: batch ``n`` goes out once
+    ``group`` has committed everything up to batch ``n - 2``, so its consumers stay within two batches of
+    the head and read the partitions evenly (a backlog read at once does not: some partitions run hours
+    of event time ahead of others). ``on_batch(n)`` is called after batch ``n`` is produced. Returns
+    the end offset per partition."""
+    ends: dict[int, int] = {}
+    history: list[dict[int, int]] = []
+    for number, start in enumerate(range(0, len(records), batch_size)):
+        if len(history) >= 2:
+            target = history[-2]
+            wait_for(lambda target=target: all(offset >= target.get(p, 0) for p, offset in
+                                 committed_offsets(bootstrap_servers, group, topic, partitions).items()),
+                     timeout, f"group {group!r} to commit {topic!r} up to {target}")
+        for partition, end in produce(bootstrap_servers, topic, records[start:start + batch_size], key_serde,
+                                      value_serde).items():
+            ends[partition] = max(ends.get(partition, 0), end)
+        history.append(dict(ends))
+        if on_batch is not None:
+            on_batch(number)
+    return ends
+
+
 def read_topic(bootstrap_servers: str, topic: str, key_serde: Serde[Any], value_serde: Serde[Any],
                partitions: int, timeout: float = 30.0) -> list[ConsumedRecord]:
     """Every record of ``topic`` from the beginning to partition EOF on all ``partitions``."""

@@ -23,7 +23,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from apps.orders import LINES_TOPIC, ORDERS_TOPIC, REJECTED_TOPIC, cleaning_topology
+from apps.orders import ITEMS_TOPIC, LINES_TOPIC, ORDERS_TOPIC, REJECTED_TOPIC, USERS_TOPIC, topology
 from assets.archive import archive_asset_key
 from assets.archive.layout import day_row_count
 from assets.platform_spec import load_platform_spec
@@ -40,9 +40,12 @@ DAY = "2023-11-14"  # generated orders start at 2023-11-14T22:00Z; 2,000 of them
 
 
 def _pipeline_records() -> dict[str, list[Any]]:
-    """Generated orders, and what the cleaning topology makes of them (same keys, values, timestamps)."""
+    """Generated orders, and the lines and rejections the orders pipeline makes of them (same keys,
+    values, timestamps)."""
     orders = generators.orders(2_000, seed=3, out_of_order=0.05, invalid=0.05)
-    with TopologyTestDriver(cleaning_topology(), {"application.id": "orders-cleaning"}) as driver:
+    with TopologyTestDriver(topology(), {"application.id": "orders"}) as driver:
+        driver.create_input_topic(USERS_TOPIC, Serdes.String(), Serdes.Json()).pipe_record_list(generators.users())
+        driver.create_input_topic(ITEMS_TOPIC, Serdes.String(), Serdes.Json()).pipe_record_list(generators.items())
         driver.create_input_topic(ORDERS_TOPIC, Serdes.String(), Serdes.Json()).pipe_record_list(orders)
         lines = driver.create_output_topic(LINES_TOPIC, Serdes.String(), Serdes.Json()).read_records_to_list()
         rejected = driver.create_output_topic(REJECTED_TOPIC, Serdes.String(), Serdes.Json()).read_records_to_list()

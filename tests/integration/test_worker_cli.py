@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from apps.orders import LINES_TOPIC, ORDERS_TOPIC, REJECTED_TOPIC
+from apps.orders import (
+    HOURLY_TOPIC,
+    ITEMS_TOPIC,
+    LATE_LINES_TOPIC,
+    LINES_TOPIC,
+    ORDERS_TOPIC,
+    REJECTED_TOPIC,
+    USERS_TOPIC,
+)
 from apps.orders.validation import item_lines, rejection_reason
 from streaming.admin import create_topics
 from streaming.serdes import Serdes
@@ -24,14 +32,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def worker(bootstrap: str, app_id: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "streaming.cli.main", "worker", "run", "apps.orders:cleaning_topology",
+        [sys.executable, "-m", "streaming.cli.main", "worker", "run", "apps.orders:topology",
          "--config", str(ROOT / "apps/orders/config.yaml"), "--set", f"bootstrap.servers={bootstrap}",
          "--set", f"application.id={app_id}", *extra],
         cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def test_worker_processes_then_stops_cleanly_on_sigterm(bootstrap: str, unique_name: str, tmp_path: Path) -> None:
-    create_topics(bootstrap, {ORDERS_TOPIC: 4, LINES_TOPIC: 4, REJECTED_TOPIC: 4})
+    create_topics(bootstrap, {topic: 4 for topic in (ORDERS_TOPIC, USERS_TOPIC, ITEMS_TOPIC, LINES_TOPIC, REJECTED_TOPIC,
+                                                   LATE_LINES_TOPIC, HOURLY_TOPIC)})
     before = {p: 0 for p in range(4)}
     existing = read_topic(bootstrap, ORDERS_TOPIC, Serdes.String(), Serdes.Json(), 4)
     for record in existing:  # the topic may hold another test's orders: count only ours
