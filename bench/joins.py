@@ -13,7 +13,8 @@ Two sides, one after the other, each in its own spawned process with the same cl
 * brook   -- ``builder.table(users)`` and ``builder.stream(orders).left_join(table, ...)`` through
   KafkaStreams: a RocksDB store with a changelog for the table, event-time ordering of the two topics
   in each task (users carry earlier timestamps than orders, so a task reads a user before its orders;
-  ``max.task.idle.ms`` lets it wait for the users partition to be fetched at start-up).
+  by default (``max.task.idle.ms=0``) a task waits for a partition with records still on the broker, so
+  for the users partition to be fetched at start-up).
 
 A side's time runs from just before it subscribes/assigns until every order is in the output topic;
 "from first output" leaves out Brook's group join (~3 s on the embedded broker) and the ceiling's
@@ -47,7 +48,6 @@ WORKLOAD = "orders (keyed by user) left-join users table -> JSON out"
 # A task waits this long for a partition with no buffered records before processing the others, so an
 # order is not joined before its user's partition was fetched at start-up (Kafka Streams' setting for
 # stream-table joins over topics that arrive unevenly); it costs one wait per task once users run out.
-MAX_TASK_IDLE_MS = 1000
 
 
 def user_key(i: int) -> str:
@@ -151,7 +151,7 @@ def brook_main(cfg: dict[str, Any], q: Any, stop: Any) -> None:
             cfg["out"], key_serde=String, value_serde=Json)
         app = KafkaStreams(builder.build(), {
             "application.id": f"brook-{cfg['run']}", "bootstrap.servers": cfg["bootstrap"],
-            "state.dir": cfg["state_dir"], "max.task.idle.ms": MAX_TASK_IDLE_MS,
+            "state.dir": cfg["state_dir"],
             **C.brook_client_settings(C.CONSUMER_SETTINGS, C.PRODUCER_SETTINGS), **cfg["brook_set"]})
         t0 = time.monotonic()
         app.start()

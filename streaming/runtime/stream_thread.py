@@ -59,6 +59,7 @@ class StreamThread(threading.Thread):
         self._offset_resets = self.tasks.offset_resets()
         self._cooperative = "cooperative" in config.consumer_config().get("partition.assignment.strategy", "")
         self._paused: set[tuple[str, int]] = set()
+        self._start_offsets: dict[tuple[str, int], int] = {}  # see _start_offset
         self._waiting_since: float | None = None  # since when the thread waits for an assignment
         self._last_waiting_log = 0.0
         self.processed = 0
@@ -184,9 +185,27 @@ class StreamThread(threading.Thread):
         watermarks = self.consumer.get_watermark_offsets(partition, cached=True)
         if watermarks is None or watermarks[1] < 0:
             return False
-        high = watermarks[1]
         position = self.consumer.position([partition])[0].offset
-        return position >= high if position >= 0 else high == 0  # nothing taken yet: caught up if empty
+        if position < 0:  # nothing taken since the assignment: where consumption started
+            position = self._start_offset(tp, watermarks)
+        return position >= watermarks[1]
+
+    def _start_offset(self, tp: tuple[str, int], watermarks: tuple[int, int]) -> int:
+        """Where consumption of ``tp`` started in this assignment: its committed offset, else where the
+        reset policy puts it; asked of the group coordinator once per assignment. If that fails, the high
+        watermark (taken as caught up: the task processes rather than waits)."""
+        start = self._start_offsets.get(tp)
+        if start is None:
+            try:
+                [committed] = self.consumer.committed([TopicPartition(*tp)], timeout=5)
+                start = committed.offset
+            except KafkaException:
+                start = watermarks[1]
+            if start < 0:
+                reset = self._offset_resets.get(tp[0], self.config.consumer_config().get("auto.offset.reset"))
+                start = watermarks[1] if reset == "latest" else max(watermarks[0], 0)
+            self._start_offsets[tp] = start
+        return start
 
     def _pause_full(self) -> None:
         """Pause the partitions that still buffer ``buffered.records.per.partition`` records after a round of
@@ -262,6 +281,8 @@ class StreamThread(threading.Thread):
             consumer.incremental_assign(final)
         else:
             consumer.assign(final)
+        for tp in as_pairs(partitions):
+            self._start_offsets.pop(tp, None)
         restoring = set(self.tasks.assign(as_pairs(partitions)))
         if restoring:  # no input for a task until its stores are restored
             consumer.pause([TopicPartition(*tp) for tp in restoring])

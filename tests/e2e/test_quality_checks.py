@@ -87,7 +87,11 @@ def _good_archives() -> dict[str, list[dict[str, Any]]]:
                 {"key": "user-1", "order": '{"order_id":"o-00000009"}', "reason": "bad amount"}]
     lines = [_line(i, "item-001") for i in range(8)] + [_line(0, "item-002", qty=3)]
     counts = [{"key": word, "value": count} for word, count in (("brook", 3), ("stream", 1), ("kafka", 2))]
-    return {"orders": orders, "orders-rejected": rejected, "order-lines": lines, "wordcount-counts": counts}
+    hourly = [{"key": region, "region": region, "window_start": DAY_MS + hour * 3_600_000,
+               "window_end": DAY_MS + (hour + 1) * 3_600_000, "users": 2, "lines": 3}
+              for region in ("eu", "us") for hour in range(2)]
+    return {"orders": orders, "orders-rejected": rejected, "order-lines": lines, "wordcount-counts": counts,
+            "local-buyers-hourly": hourly}
 
 
 def _stand_ins(spec_path: Path, archives: dict[str, list[dict[str, Any]]]) -> list[dg.AssetsDefinition]:
