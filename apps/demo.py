@@ -296,10 +296,9 @@ def report_platform(platform: PlatformSummary, seconds: float) -> bool:
     if "error" in restore:
         console.print(f"[red]restore from the snapshot failed[/]: {restore['error']}")
     else:
-        joins = f", after {restore['attempts']} group joins" if restore["attempts"] > 1 else ""
         console.print(f"a fresh word count instance restored {restore['snapshot_keys']:,} keys from the snapshot "
                       f"and {restore['tail_records']:,} changelog records after it; RUNNING in "
-                      f"{restore['seconds']:.1f} s (incl. the group join{joins})")
+                      f"{restore['seconds']:.1f} s (incl. the group join)")
     for failure in platform.failures:
         console.print(f"[red]failed[/]: {failure}")
     console.print(f"platform steps took {seconds:.1f} s")

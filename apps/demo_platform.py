@@ -101,31 +101,22 @@ def _failing(metadata: dict[str, Any]) -> str:
     return ", ".join(f"{name}: {count:,}" for name, count in failing.items())
 
 
-def restore_from_snapshot(bootstrap: str, work: Path, expected: dict[str, int], attempts: int = 3,
-                          join_timeout: float = 30) -> dict[str, Any]:
-    """A word count instance on an empty state directory restores its store from the newest snapshot.
-
-    A new member of a group whose members all left a minute ago sometimes gets no assignment from the
-    embedded broker for minutes (README, broker limits); after ``join_timeout`` s the instance is closed
-    and a new one joins instead.
-    """
+def restore_from_snapshot(bootstrap: str, work: Path, expected: dict[str, int],
+                          join_timeout: float = 60) -> dict[str, Any]:
+    """A word count instance on an empty state directory restores its store from the newest snapshot."""
     log = logging.getLogger("streaming")
     handler = logging.FileHandler(work / "restore.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     try:
-        for attempt in range(1, attempts + 1):
-            result = _restore_once(bootstrap, work, expected, join_timeout)
-            if result is not None:
-                return {**result, "attempts": attempt}
-        return {"error": f"no assignment in {attempts} joins of {join_timeout:.0f} s (see {work / 'restore.log'})"}
+        return _restore(bootstrap, work, expected, join_timeout)
     finally:
         log.removeHandler(handler)
         handler.close()
 
 
-def _restore_once(bootstrap: str, work: Path, expected: dict[str, int], join_timeout: float) -> dict[str, Any] | None:
+def _restore(bootstrap: str, work: Path, expected: dict[str, int], join_timeout: float) -> dict[str, Any]:
     from apps.wordcount import STORE, topology
     from streaming import KafkaStreams
     from streaming.runtime.kafka_streams import State
@@ -143,7 +134,7 @@ def _restore_once(bootstrap: str, work: Path, expected: dict[str, int], join_tim
             if app.exception is not None:
                 return {"error": f"{app.exception} (see {work / 'restore.log'})"}
             if time.monotonic() - started > join_timeout:
-                return None
+                return {"error": f"no assignment in {join_timeout:.0f} s (see {work / 'restore.log'})"}
             time.sleep(0.05)
         seconds = time.monotonic() - started
         store = dict(app.store(STORE).all())

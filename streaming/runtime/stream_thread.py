@@ -24,6 +24,10 @@ log = logging.getLogger(__name__)
 
 
 WAITING_LOG_S = 5.0
+#: A stopping thread polls this long before it leaves its group, and while it waits for an assignment at
+#: most :data:`CLOSE_JOIN_WAIT_S` more (see :meth:`StreamThread._finish_join`).
+CLOSE_SETTLE_S = 1.0
+CLOSE_JOIN_WAIT_S = 10.0
 
 
 def wall_clock_ms() -> int:
@@ -83,6 +87,7 @@ class StreamThread(threading.Thread):
             self.consumer.subscribe(self.tasks.source_topics(), on_assign=self._on_assign,
                                     on_revoke=self._on_revoke, on_lost=self._on_lost)
             self._loop()
+            self._finish_join()
             self.tasks.shutdown(self._commit)
         except BaseException as exc:  # report every failure, including a KeyboardInterrupt in the thread
             self.exception = exc
@@ -135,6 +140,29 @@ class StreamThread(threading.Thread):
             if now >= next_commit or self.tasks.commit_requested():
                 self._commit(list(self.tasks.tasks.values()))
                 next_commit = wall_clock_ms() + commit_interval
+
+    def _finish_join(self) -> None:
+        """Before the consumer leaves its group: poll for :data:`CLOSE_SETTLE_S` (two heartbeats), so that a
+        rebalance another member started shows up, and while this thread waits for an assignment, poll until it
+        arrives (at most :data:`CLOSE_JOIN_WAIT_S`): the consumer then leaves a formed group.
+
+        The embedded broker (Tansu 0.6.0) keeps a group's leader as leader when it leaves before the group has
+        formed (its ``Forming`` state), so every later member waits for that departed leader's assignment for
+        minutes (README, broker limits). Records polled here are dropped unprocessed, so their offsets are not
+        committed; :meth:`_on_assign` starts no task while stopping."""
+        settle = time.monotonic() + CLOSE_SETTLE_S
+        while self._waiting_since is None and time.monotonic() < settle:
+            self.consumer.poll(0.1)
+        if self._waiting_since is None:
+            return
+        log.info("%s is stopping during a group join: it waits up to %.0f s for its assignment before it leaves "
+                 "group %r", self.name, CLOSE_JOIN_WAIT_S, self.config.application_id)
+        deadline = time.monotonic() + CLOSE_JOIN_WAIT_S
+        while self._waiting_since is not None and time.monotonic() < deadline:
+            self.consumer.poll(0.1)
+        if self._waiting_since is not None:
+            log.warning("%s got no assignment in group %r within %.0f s of stopping; it leaves the group anyway",
+                        self.name, self.config.application_id, CLOSE_JOIN_WAIT_S)
 
     def _dispatch(self, messages: list[Any], task_of: dict[tuple[str, int], StreamTask]) -> None:
         """Hand each run of same-partition messages to its task (librdkafka returns them in runs)."""
@@ -276,11 +304,14 @@ class StreamThread(threading.Thread):
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
         self._waiting_since = None
-        final = self._apply_offset_resets(consumer, partitions) if self._offset_resets else partitions
+        stopping = self._stopping.is_set()  # the join finished after shutdown(): take the partitions only to leave
+        final = self._apply_offset_resets(consumer, partitions) if self._offset_resets and not stopping else partitions
         if self._cooperative:
             consumer.incremental_assign(final)
         else:
             consumer.assign(final)
+        if stopping:
+            return
         for tp in as_pairs(partitions):
             self._start_offsets.pop(tp, None)
         restoring = set(self.tasks.assign(as_pairs(partitions)))
