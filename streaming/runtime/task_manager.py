@@ -11,7 +11,7 @@ from streaming.runtime.changelog_reader import StoreChangelogReader
 from streaming.runtime.record_collector import RecordCollector
 from streaming.runtime.state_directory import StateDirectory
 from streaming.runtime.task import StreamTask, TopicPartition, task_id_of
-from streaming.state.caching import CacheBudget
+from streaming.state.caching import cache_budget
 from streaming.topology.topology import Subtopology, Topology
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ class TaskManager:
         self._clock = clock
         self._reader = changelog_reader
         self._directory = directory or StateDirectory()  # shared by the instance's stream threads
-        self._cache_budget = CacheBudget(config["statestore.cache.max.bytes"])
+        self._cache_budget = cache_budget(config["statestore.cache.max.bytes"])
         self._subtopology_of: dict[str, Subtopology] = {
             topic: sub for sub in topology.subtopologies() for topic in sub.source_topics}
         self.tasks: dict[str, StreamTask] = {}

@@ -28,6 +28,13 @@ class CacheBudget:
         self.used = 0
 
 
+def cache_budget(max_bytes: int) -> CacheBudget | None:
+    """The budget of a stream thread's caches, or None for ``statestore.cache.max.bytes=0``: then no store
+    stacks a record cache (every update is forwarded at once, as with caching disabled) instead of one
+    that evicts each write as it comes."""
+    return CacheBudget(max_bytes) if max_bytes > 0 else None
+
+
 # A cache entry: (serialized value or None for a delete, timestamp, headers). As Kafka Streams' record
 # cache keeps each entry's record context, the entry keeps the timestamp and headers of the write, and
 # its flush forwards them downstream.

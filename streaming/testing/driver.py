@@ -17,7 +17,7 @@ from streaming.runtime.global_state import GlobalStateManager
 from streaming.runtime.task import StreamTask
 from streaming.serdes import Serde
 from streaming.state.api import KeyValueStore, StateStore, TimestampedKeyValueStore
-from streaming.state.caching import CacheBudget
+from streaming.state.caching import cache_budget
 from streaming.state.session import TypedSessionStore
 from streaming.state.window import TimestampedTypedWindowStore
 from streaming.testing.topics import TestInputTopic, TestOutputTopic, TestRecord
@@ -72,7 +72,7 @@ class TopologyTestDriver:
         self._tasks: list[StreamTask] = []
         self._task_by_topic: dict[str, StreamTask] = {}
         topology.bind(self.config.application_id)
-        budget = CacheBudget(self.config["statestore.cache.max.bytes"])
+        budget = cache_budget(self.config["statestore.cache.max.bytes"])
         self._global = GlobalStateManager(topology, self.config)
         self._global_topics = set(self._global.topics)
         try:
