@@ -210,6 +210,7 @@ class StreamsConfig:
         """Build each client once, unconnected, so librdkafka judges every pass-through setting now (an
         unknown key, a bad value, an unsupported SASL mechanism), not when the app starts; a failure
         names the setting as the user wrote it."""
+        check_security_files(self._security)
         mechanism = self._security.get("sasl.mechanism", self._security.get("sasl.mechanisms"))
         if mechanism is not None and mechanism not in SASL_MECHANISMS:
             key = "sasl.mechanism" if "sasl.mechanism" in self._security else "sasl.mechanisms"
@@ -279,6 +280,11 @@ class StreamsConfig:
         return {"bootstrap.servers": self["bootstrap.servers"], **self._security, **self._clients["admin"],
                 "logger": RDKAFKA_LOGGER}
 
+    def client_security(self) -> dict[str, str]:
+        """The security settings (``security.protocol``, ``sasl.*``, ``ssl.*``, ``client.id``) given once in
+        the config; every ``*_config()`` above merges them, so every client the runtime creates has them."""
+        return dict(self._security)
+
     def redacted(self) -> dict[str, Any]:
         """All settings with secrets replaced by ``***``, for logs and metadata."""
         shown: dict[str, Any] = {k: repr(v) if k.startswith("default.") else v for k, v in self._values.items()}
@@ -322,6 +328,40 @@ def is_config_key(key: str) -> bool:
     """Whether ``key`` is a key StreamsConfig takes (its own, a client-prefixed or a security setting)."""
     return key in KEYS or key in CONSUMER_BROOK_KEYS or (key.startswith(CLIENT_PREFIXES) and "." in key[6:]) \
         or SECURITY_KEYS.match(key) is not None
+
+
+def security_settings(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The client security settings among ``settings`` (``security.protocol``, ``sasl.*``, ``ssl.*``,
+    ``client.id``), as librdkafka strings; the files they name must be readable (:class:`ConfigError`)."""
+    security = {key: _client_value(value) for key, value in settings.items() if SECURITY_KEYS.match(key)}
+    check_security_files(security)
+    return security
+
+
+# ssl.ca.location may also be a directory of CA certificates, or "probe" (the system's).
+_SECURITY_FILES = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.crl.location",
+                   "ssl.keystore.location")
+
+
+def check_security_files(security: Mapping[str, str]) -> None:
+    """Raise :class:`ConfigError` naming the key and path when a TLS file setting names nothing readable
+    (librdkafka would only say ``BIO lib``)."""
+    for key in _SECURITY_FILES:
+        location = security.get(key)
+        if not location or (key == "ssl.ca.location" and location == "probe"):
+            continue
+        path = Path(location)
+        if not path.exists():
+            raise ConfigError(f"config key '{key}' names {location}, which does not exist")
+        if path.is_dir():
+            if key != "ssl.ca.location":
+                raise ConfigError(f"config key '{key}' names {location}, which is a directory, not a file")
+            continue
+        try:
+            path.open("rb").close()
+        except OSError as exc:
+            raise ConfigError(f"config key '{key}' names {location}, which cannot be read: "
+                              f"{exc.strerror or exc}") from None
 
 
 def _client_value(raw: Any) -> str:
