@@ -31,8 +31,8 @@ CLIENT_PREFIXES = ("consumer.", "producer.", "admin.")
 SECURITY_KEYS = re.compile(r"^(security\.protocol|sasl\.[a-z.]+|ssl\.[a-z.]+|client\.id)$")
 # Keys whose values are secrets, as librdkafka spells them ("sasl.password") or as Python fields do
 # ("sasl_password"). One rule for the whole project: see is_secret_key / redact.
-SECRET_KEYS = re.compile(r"(password|secret|sasl[._]oauthbearer[._]config|sasl[._]jaas[._]config|ssl[._]key[._]pem)",
-                         re.IGNORECASE)
+SECRET_KEYS = re.compile(r"(password|secret|token$|sasl[._]oauthbearer[._]config|sasl[._]jaas[._]config|"
+                         r"ssl[._]key[._]pem)", re.IGNORECASE)
 REDACTED = "***"
 
 
@@ -121,6 +121,13 @@ def _optional_string(value: Any) -> str:
     return value.strip()
 
 
+def _optional_file(value: Any) -> str:
+    path = _optional_string(value)
+    if path and not Path(path).is_file():
+        raise ValueError(f"{path} is not a readable file")
+    return path
+
+
 def _host_port(value: Any) -> str:
     if value in ("", None):
         return ""
@@ -157,6 +164,13 @@ KEYS: dict[str, _Key] = {
     "max.task.idle.ms": _Key(_int(-1), 0),
     "buffered.records.per.partition": _Key(_int(1), 1000),
     "application.server": _Key(_host_port, ""),
+    # The interactive-query endpoint's security: HTTPS with this certificate and key (PEM files), a bearer
+    # token every request must carry (a secret: use ${env:...} or ${file:...}), and the CA that the other
+    # instances' certificates are checked against when KafkaStreams.query() asks them.
+    "application.server.tls.cert": _Key(_optional_file, ""),
+    "application.server.tls.key": _Key(_optional_file, ""),
+    "application.server.tls.ca": _Key(_optional_file, ""),
+    "application.server.token": _Key(_optional_string, ""),
     "poll.ms": _Key(_int(0), 100),
 }
 
@@ -202,6 +216,9 @@ class StreamsConfig:
                 raise ConfigError(f"missing required config key '{key}'")
             default = spec.default
             self._values[key] = spec.convert(default) if default is not None and key.startswith("default.") else default
+        if bool(self._values["application.server.tls.cert"]) != bool(self._values["application.server.tls.key"]):
+            raise ConfigError("config keys 'application.server.tls.cert' and 'application.server.tls.key' go "
+                              "together: HTTPS needs both the certificate and its key")
         if self._values["commit.interval.ms"] is None:
             self._values["commit.interval.ms"] = 100 if self.exactly_once else 30000
         self._check_client_settings()

@@ -14,7 +14,7 @@ import yaml
 from assets.resources import KafkaResource, kafka_source_options
 from assets.spark.offsets import reader_config
 from assets.spark.options import parse_options
-from streaming import ConfigError, StreamsConfig
+from streaming import ConfigError, Serdes, StreamsConfig
 from streaming.cli.connection import client_config as cli_client_config
 from streaming.runtime.client_configs import (
     global_consumer_config,
@@ -22,6 +22,7 @@ from streaming.runtime.client_configs import (
     metadata_reader_config,
     restore_consumer_config,
 )
+from streaming.runtime.http_server import key_from_text, key_to_text
 from streaming.testing.tls import make_authority
 
 MECHANISMS: dict[str, dict[str, str]] = {
@@ -111,3 +112,24 @@ def test_a_tls_file_that_does_not_exist_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"'ssl.key.location' names .* which is a directory"):
         StreamsConfig({"application.id": "app", "bootstrap.servers": "kafka:9093", "security.protocol": "SSL",
                        "ssl.key.location": str(tmp_path)})
+
+
+def test_the_query_endpoint_keys_are_checked_and_the_token_is_a_secret(tmp_path: Path) -> None:
+    files = make_authority(tmp_path / "tls")
+    base = {"application.id": "app", "bootstrap.servers": "kafka:9093", "application.server": "127.0.0.1:8080"}
+    with pytest.raises(ConfigError, match="'application.server.tls.cert' and 'application.server.tls.key' go together"):
+        StreamsConfig({**base, "application.server.tls.cert": str(files.certificate)})
+    with pytest.raises(ConfigError, match="'application.server.tls.key'.*not a readable file"):
+        StreamsConfig({**base, "application.server.tls.cert": str(files.certificate),
+                       "application.server.tls.key": str(tmp_path / "missing.key")})
+    config = StreamsConfig({**base, "application.server.token": "t0ken-value"})
+    assert config["application.server.token"] == "t0ken-value"
+    assert config.redacted()["application.server.token"] == "***"
+    assert "t0ken-value" not in repr(config.redacted())
+
+
+@pytest.mark.parametrize(("serde", "key"), [(Serdes.String(), "user 1/ä"), (Serdes.Long(), -42),
+                                            (Serdes.Integer(), 7), (Serdes.Double(), 2.5),
+                                            (Serdes.Json(), {"id": "u1", "n": [1, 2]}), (Serdes.Bytes(), b"raw")])
+def test_a_key_goes_to_another_instance_and_back(serde: Any, key: Any) -> None:
+    assert key_from_text(key_to_text(key, serde), serde) == key
