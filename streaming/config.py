@@ -31,8 +31,8 @@ CLIENT_PREFIXES = ("consumer.", "producer.", "admin.")
 SECURITY_KEYS = re.compile(r"^(security\.protocol|sasl\.[a-z.]+|ssl\.[a-z.]+|client\.id)$")
 # Keys whose values are secrets, as librdkafka spells them ("sasl.password") or as Python fields do
 # ("sasl_password"). One rule for the whole project: see is_secret_key / redact.
-SECRET_KEYS = re.compile(r"(password|secret|sasl[._]oauthbearer[._]config|sasl[._]jaas[._]config|ssl[._]key[._]pem)",
-                         re.IGNORECASE)
+SECRET_KEYS = re.compile(r"(password|secret|token$|sasl[._]oauthbearer[._]config|sasl[._]jaas[._]config|"
+                         r"ssl[._]key[._]pem)", re.IGNORECASE)
 REDACTED = "***"
 
 
@@ -121,6 +121,13 @@ def _optional_string(value: Any) -> str:
     return value.strip()
 
 
+def _optional_file(value: Any) -> str:
+    path = _optional_string(value)
+    if path and not Path(path).is_file():
+        raise ValueError(f"{path} is not a readable file")
+    return path
+
+
 def _host_port(value: Any) -> str:
     if value in ("", None):
         return ""
@@ -157,6 +164,13 @@ KEYS: dict[str, _Key] = {
     "max.task.idle.ms": _Key(_int(-1), 0),
     "buffered.records.per.partition": _Key(_int(1), 1000),
     "application.server": _Key(_host_port, ""),
+    # The interactive-query endpoint's security: HTTPS with this certificate and key (PEM files), a bearer
+    # token every request must carry (a secret: use ${env:...} or ${file:...}), and the CA that the other
+    # instances' certificates are checked against when KafkaStreams.query() asks them.
+    "application.server.tls.cert": _Key(_optional_file, ""),
+    "application.server.tls.key": _Key(_optional_file, ""),
+    "application.server.tls.ca": _Key(_optional_file, ""),
+    "application.server.token": _Key(_optional_string, ""),
     "poll.ms": _Key(_int(0), 100),
 }
 
@@ -202,6 +216,9 @@ class StreamsConfig:
                 raise ConfigError(f"missing required config key '{key}'")
             default = spec.default
             self._values[key] = spec.convert(default) if default is not None and key.startswith("default.") else default
+        if bool(self._values["application.server.tls.cert"]) != bool(self._values["application.server.tls.key"]):
+            raise ConfigError("config keys 'application.server.tls.cert' and 'application.server.tls.key' go "
+                              "together: HTTPS needs both the certificate and its key")
         if self._values["commit.interval.ms"] is None:
             self._values["commit.interval.ms"] = 100 if self.exactly_once else 30000
         self._check_client_settings()
@@ -210,6 +227,7 @@ class StreamsConfig:
         """Build each client once, unconnected, so librdkafka judges every pass-through setting now (an
         unknown key, a bad value, an unsupported SASL mechanism), not when the app starts; a failure
         names the setting as the user wrote it."""
+        check_security_files(self._security)
         mechanism = self._security.get("sasl.mechanism", self._security.get("sasl.mechanisms"))
         if mechanism is not None and mechanism not in SASL_MECHANISMS:
             key = "sasl.mechanism" if "sasl.mechanism" in self._security else "sasl.mechanisms"
@@ -279,6 +297,11 @@ class StreamsConfig:
         return {"bootstrap.servers": self["bootstrap.servers"], **self._security, **self._clients["admin"],
                 "logger": RDKAFKA_LOGGER}
 
+    def client_security(self) -> dict[str, str]:
+        """The security settings (``security.protocol``, ``sasl.*``, ``ssl.*``, ``client.id``) given once in
+        the config; every ``*_config()`` above merges them, so every client the runtime creates has them."""
+        return dict(self._security)
+
     def redacted(self) -> dict[str, Any]:
         """All settings with secrets replaced by ``***``, for logs and metadata."""
         shown: dict[str, Any] = {k: repr(v) if k.startswith("default.") else v for k, v in self._values.items()}
@@ -322,6 +345,40 @@ def is_config_key(key: str) -> bool:
     """Whether ``key`` is a key StreamsConfig takes (its own, a client-prefixed or a security setting)."""
     return key in KEYS or key in CONSUMER_BROOK_KEYS or (key.startswith(CLIENT_PREFIXES) and "." in key[6:]) \
         or SECURITY_KEYS.match(key) is not None
+
+
+def security_settings(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The client security settings among ``settings`` (``security.protocol``, ``sasl.*``, ``ssl.*``,
+    ``client.id``), as librdkafka strings; the files they name must be readable (:class:`ConfigError`)."""
+    security = {key: _client_value(value) for key, value in settings.items() if SECURITY_KEYS.match(key)}
+    check_security_files(security)
+    return security
+
+
+# ssl.ca.location may also be a directory of CA certificates, or "probe" (the system's).
+_SECURITY_FILES = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.crl.location",
+                   "ssl.keystore.location")
+
+
+def check_security_files(security: Mapping[str, str]) -> None:
+    """Raise :class:`ConfigError` naming the key and path when a TLS file setting names nothing readable
+    (librdkafka would only say ``BIO lib``)."""
+    for key in _SECURITY_FILES:
+        location = security.get(key)
+        if not location or (key == "ssl.ca.location" and location == "probe"):
+            continue
+        path = Path(location)
+        if not path.exists():
+            raise ConfigError(f"config key '{key}' names {location}, which does not exist")
+        if path.is_dir():
+            if key != "ssl.ca.location":
+                raise ConfigError(f"config key '{key}' names {location}, which is a directory, not a file")
+            continue
+        try:
+            path.open("rb").close()
+        except OSError as exc:
+            raise ConfigError(f"config key '{key}' names {location}, which cannot be read: "
+                              f"{exc.strerror or exc}") from None
 
 
 def _client_value(raw: Any) -> str:

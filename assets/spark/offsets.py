@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, To
 from assets.spark.options import KafkaSourceError
 from streaming.config import SECRET_KEYS
 
-__all__ = ["PartitionBounds", "partition_bounds", "reader_consumer", "topic_partitions"]
+__all__ = ["PartitionBounds", "partition_bounds", "reader_config", "reader_consumer", "topic_partitions"]
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -33,13 +33,11 @@ class PartitionBounds:
     end: int
 
 
-def reader_consumer(client_config: Mapping[str, str], purpose: str) -> Consumer:
-    """A consumer for ``assign()`` reads: no group join, no commits, EOF events, errors on bad offsets.
-
-    Raises:
-        KafkaSourceError: librdkafka rejected a setting (the message names it, never a secret value).
-    """
-    config: dict[str, Any] = dict(client_config)
+def reader_config(client_config: Mapping[str, str], purpose: str) -> dict[str, Any]:
+    """The librdkafka settings of a reader: ``client_config`` (bootstrap servers and security, from the
+    ``kafka.*`` options) plus what an ``assign()`` read needs: no group join, no commits, EOF events,
+    errors on bad offsets."""
+    config: dict[str, Any] = {"fetch.queue.backoff.ms": 10, **client_config}
     config.update({
         # librdkafka wants a group id even for assign(); no group is ever joined with assign().
         "group.id": f"brook-spark-{purpose}-{uuid.uuid4().hex[:8]}",
@@ -48,9 +46,17 @@ def reader_consumer(client_config: Mapping[str, str], purpose: str) -> Consumer:
         "enable.partition.eof": True,
         "auto.offset.reset": "error",
     })
-    config.setdefault("fetch.queue.backoff.ms", 10)
+    return config
+
+
+def reader_consumer(client_config: Mapping[str, str], purpose: str) -> Consumer:
+    """A consumer for ``assign()`` reads (:func:`reader_config`).
+
+    Raises:
+        KafkaSourceError: librdkafka rejected a setting (the message names it, never a secret value).
+    """
     try:
-        return Consumer(config)
+        return Consumer(reader_config(client_config, purpose))
     except KafkaException as exc:
         raise KafkaSourceError(f"invalid Kafka client setting: {_redact(str(exc.args[0]), client_config)}") from None
 

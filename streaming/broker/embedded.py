@@ -164,6 +164,12 @@ class EmbeddedBroker:
         storage_engine: Tansu ``--storage-engine`` URL. ``memory://tansu/`` (default) loses all
             data when the broker stops; ``s3://bucket/`` against a local S3 server survives restarts.
         env: extra environment variables for the broker (e.g. ``AWS_ENDPOINT`` for S3 storage).
+        advertised_port: the port the broker names in metadata, when clients must reach it through
+            something in front of it (a TLS-terminating proxy: :class:`streaming.testing.tls.TlsProxy`);
+            default: its own port.
+        authentication: start Tansu with ``--authentication``: it then refuses every client it cannot
+            authenticate. Its user creation does not work, so no client gets in: this tests SASL's
+            failure path only. Readiness is then the listening port (a metadata probe would be refused).
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`::
 
@@ -182,8 +188,12 @@ class EmbeddedBroker:
         storage_engine: str = "memory://tansu/",
         *,
         env: dict[str, str] | None = None,
+        advertised_port: int | None = None,
+        authentication: bool = False,
     ) -> None:
         self.host = host
+        self.advertised_port = advertised_port
+        self.authentication = authentication
         self.workdir = Path(workdir)
         self.storage_engine = storage_engine
         self.env = dict(env or {})
@@ -386,15 +396,17 @@ class EmbeddedBroker:
     def _command(self) -> list[str]:
         assert self._binary is not None and self._port is not None
         url = f"tcp://{self.host}:{self._port}"
+        advertised = f"tcp://{self.host}:{self.advertised_port or self._port}"
         return [
             self._binary,
             "broker",
             "--listener-url",
             url,
             "--advertised-listener-url",
-            url,
+            advertised,
             "--storage-engine",
             self.storage_engine,
+            *(["--authentication"] if self.authentication else []),
         ]
 
     def _spawn(self) -> None:
@@ -431,6 +443,8 @@ class EmbeddedBroker:
                     f"embedded broker exited with code {self._proc.returncode} during start-up "
                     f"({self.log_path}):\n{_tail(self.log_path)}"
                 )
+            if _tcp_open(self.host, self._port) and self.authentication:
+                return  # every unauthenticated metadata request is refused: the open port is the signal
             if _tcp_open(self.host, self._port):
                 try:
                     self._list_topics(max(0.5, min(deadline - time.monotonic(), 5.0)))

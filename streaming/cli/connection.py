@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from streaming.broker import DEFAULT_WORKDIR, BrokerError, EmbeddedBroker
-from streaming.config import SECURITY_KEYS
+from streaming.config import security_settings
 from streaming.config_sources import resolve_references
 from streaming.rdkafka_logging import RDKAFKA_LOGGER
 
@@ -32,8 +32,7 @@ def client_config(bootstrap: str | None, config_file: Path | None, overrides: li
 
     settings = resolve_references(load_config(config_file, overrides or []))
     chosen = bootstrap or settings.get("bootstrap.servers") or _embedded_bootstrap() or "127.0.0.1:9092"
-    security = {key: str(value) for key, value in settings.items() if SECURITY_KEYS.match(key)}
-    return {"bootstrap.servers": chosen, **security, "logger": RDKAFKA_LOGGER}
+    return {"bootstrap.servers": chosen, **security_settings(settings), "logger": RDKAFKA_LOGGER}
 
 
 def _embedded_bootstrap() -> str | None:

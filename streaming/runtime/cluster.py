@@ -24,24 +24,31 @@ class ClusterUnreachableError(StreamsError):
     """The cluster at ``bootstrap.servers`` could not be reached or refused the client."""
 
 
-FAIL_FAST_AFTER_S = 3.0  # a definite refusal (every broker down, authentication failed) ends the wait then
+FAIL_FAST_AFTER_S = 3.0  # every broker down ends the wait then (a broker may be restarting)
+# A refused authentication or TLS handshake ends it at once: retrying cannot help, and each retry is a
+# failed login in the cluster's logs (librdkafka reconnects every ~50 ms).
+_DEFINITE = (KafkaError._AUTHENTICATION, KafkaError._SSL)
 
 
 def cluster_metadata(client_config: dict[str, Any], timeout: float = 10.0) -> ClusterMetadata:
-    """The cluster's metadata (every topic), or :class:`ClusterUnreachableError`: after
-    :data:`FAIL_FAST_AFTER_S` s when every broker refused or authentication failed, else after ``timeout`` s."""
+    """The cluster's metadata (every topic), or :class:`ClusterUnreachableError`: at once when
+    authentication or the TLS handshake failed, after :data:`FAIL_FAST_AFTER_S` s when every broker
+    refused, else after ``timeout`` s."""
     errors: list[KafkaError] = []
     admin = AdminClient({**client_config, "logger": RDKAFKA_LOGGER, "error_cb": errors.append})
     deadline = time.monotonic() + timeout
     started = time.monotonic()
+    wait = 0.1  # short at first, so a refusal is seen at once; then up to 1 s for a slow cluster
     while True:
         try:
-            return admin.list_topics(timeout=min(1.0, max(deadline - time.monotonic(), 0.1)))
+            return admin.list_topics(timeout=min(wait, max(deadline - time.monotonic(), 0.1)))
         except KafkaException as exc:
             admin.poll(0)  # serve the error callbacks
-            refused = any(e.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._AUTHENTICATION) for e in errors)
+            wait = min(wait * 2, 1.0)
+            definite = any(e.code() in _DEFINITE for e in errors)
+            refused = any(e.code() == KafkaError._ALL_BROKERS_DOWN for e in errors)
             now = time.monotonic()
-            if now >= deadline or (refused and now - started >= FAIL_FAST_AFTER_S):
+            if now >= deadline or definite or (refused and now - started >= FAIL_FAST_AFTER_S):
                 raise ClusterUnreachableError(unreachable_message(client_config, errors, exc.args[0],
                                                                   now - started)) from None
 
@@ -54,8 +61,16 @@ def unreachable_message(client_config: dict[str, Any], errors: list[KafkaError],
     details = [error.str() for error in errors if error.code() != KafkaError._ALL_BROKERS_DOWN]
     detail = details[0] if details else failure.str()
     if any(error.code() == KafkaError._AUTHENTICATION for error in errors):
+        mechanism = client_config.get("sasl.mechanism", client_config.get("sasl.mechanisms", "GSSAPI"))
+        user = client_config.get("sasl.username")
         return (f"cannot authenticate to the Kafka cluster at bootstrap.servers={servers}: {_tail(detail)}; check "
-                f"security.protocol ({protocol}), sasl.mechanism, sasl.username and sasl.password")
+                f"security.protocol ({protocol}), sasl.mechanism ({mechanism}), sasl.username"
+                f"{f' ({user})' if user else ''} and sasl.password")
+    if "certificate verify failed" in detail:
+        ca = client_config.get("ssl.ca.location", "the system's CA certificates")
+        return (f"TLS with the Kafka cluster at bootstrap.servers={servers} failed: certificate verification "
+                f"failed (the broker's certificate is not signed by a CA in ssl.ca.location={ca}, or does not "
+                f"name the host); check ssl.ca.location")
     if "SSL" in detail or "ssl" in detail.lower().split("://")[0]:
         return (f"TLS with the Kafka cluster at bootstrap.servers={servers} failed: {_tail(detail)}; check "
                 f"security.protocol ({protocol}) and ssl.ca.location")

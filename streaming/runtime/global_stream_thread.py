@@ -20,14 +20,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from streaming.config import StreamsConfig
 from streaming.errors import StreamsError
+from streaming.runtime.client_configs import global_consumer_config
 from streaming.runtime.global_state import GlobalStateManager
 from streaming.topology.topology import Topology
 
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
-_GROUP_KEYS = ("group.id", "partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms",
-               "group.instance.id", "enable.auto.offset.store")
 
 
 class GlobalStreamThread(threading.Thread):
@@ -42,10 +41,7 @@ class GlobalStreamThread(threading.Thread):
         super().__init__(name=f"{config.application_id}-GlobalStreamThread", daemon=True)
         self.state = GlobalStateManager(topology, config)
         self._partitions = [(topic, p) for topic in self.state.topics for p in range(partition_counts[topic])]
-        consumer_config = {k: v for k, v in config.consumer_config().items() if k not in _GROUP_KEYS}
-        self._consumer_config = {**consumer_config, "group.id": f"{config.application_id}-global",
-                                 "enable.auto.commit": "false", "enable.partition.eof": "true",
-                                 "auto.offset.reset": "earliest"}
+        self._consumer_config = global_consumer_config(config.consumer_config(), config.application_id)
         self._max_records = config.max_poll_records
         self._poll_seconds = config["poll.ms"] / 1000
         self._on_failure = on_failure

@@ -14,6 +14,11 @@ stopped by ``close()``. Answers JSON:
 ``GET /health``
     ``200`` ``{"state", "host", "active_tasks", "standby_tasks"}``; ``503`` in state ERROR/NOT_RUNNING.
 
+Security (config keys): ``application.server.tls.cert`` and ``.key`` make it serve HTTPS (the TLS
+handshake runs in the request's thread, so a slow client holds up no other); ``application.server.token``
+makes every request carry ``Authorization: Bearer <token>``, else ``401`` (compared in constant time;
+never logged). :class:`~streaming.runtime.remote_queries.RemoteQueries` is the client side.
+
 Values (and keys) that are bytes are sent base64-encoded with ``"value_encoding": "base64"``
 (``"key_encoding"``); values JSON cannot express are sent as ``repr`` with ``"value_encoding": "repr"``.
 """
@@ -21,9 +26,11 @@ Values (and keys) that are bytes are sent base64-encoded with ``"value_encoding"
 from __future__ import annotations
 
 import base64
+import hmac
 import json
 import logging
 import re
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -74,6 +81,17 @@ def key_from_text(text: str, serde: Serde[Any]) -> Any:
     raise ValueError(f"keys of serde {serde!r} cannot be given in a URL; query through KafkaStreams.store()")
 
 
+def key_to_text(key: Any, serde: Serde[Any]) -> str:
+    """The URL path segment (before percent-encoding) that :func:`key_from_text` reads back as ``key``."""
+    if isinstance(serde, JsonSerde):
+        return json.dumps(key)
+    if isinstance(serde, BytesSerde):
+        return bytes(key).decode()
+    if isinstance(serde, (StringSerde, IntegerSerde, LongSerde, DoubleSerde)):
+        return str(key)
+    raise ValueError(f"keys of serde {serde!r} cannot be given in a URL")
+
+
 def jsonable(value: Any) -> tuple[Any, str | None]:
     """``(value for a JSON body, encoding flag)``: bytes become base64 (flag ``base64``), values JSON
     cannot express become their ``repr`` (flag ``repr``); everything else is itself (flag None)."""
@@ -89,7 +107,8 @@ def jsonable(value: Any) -> tuple[Any, str | None]:
 class InteractiveQueryServer:
     """Serves ``GET /stores/<store>/<key>`` and ``GET /health`` for one KafkaStreams instance."""
 
-    def __init__(self, queries: InteractiveQueries, address: str) -> None:
+    def __init__(self, queries: InteractiveQueries, address: str, *, tls_cert: str = "", tls_key: str = "",
+                 token: str = "") -> None:
         host, _, port = address.rpartition(":")
         if not 0 < int(port) < 65536:
             raise StreamsError(f"interactive queries: application.server {address!r} needs a port in 1-65535 (it "
@@ -97,6 +116,9 @@ class InteractiveQueryServer:
         self.queries = queries
         self.address = address
         self._bind = (host, int(port))
+        self._tls = (tls_cert, tls_key) if tls_cert else None
+        self._token = token
+        self.scheme = "https" if self._tls else "http"
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -106,13 +128,25 @@ class InteractiveQueryServer:
         except OSError as exc:
             raise StreamsError(f"interactive queries: cannot serve HTTP on application.server "
                                f"{self.address!r}: {exc}") from exc
+        if self._tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            try:
+                context.load_cert_chain(*self._tls)
+            except (OSError, ssl.SSLError) as exc:
+                server.server_close()
+                raise StreamsError(f"interactive queries: cannot load application.server.tls.cert {self._tls[0]} "
+                                   f"with application.server.tls.key {self._tls[1]}: {exc}") from None
+            server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
         server.queries = self.queries
         server.host_name = self.address
+        server.scheme = self.scheme
+        server.token = self._token
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                                         name=f"iq-http-{self.address}", daemon=True)
         self._thread.start()
-        log.info("interactive queries: serving http://%s/stores/<store>/<key>", self.address)
+        log.info("interactive queries: serving %s://%s/stores/<store>/<key>%s", self.scheme, self.address,
+                 " (bearer token required)" if self._token else "")
 
     def stop(self, timeout: float = 5.0) -> None:
         server, self._server = self._server, None
@@ -129,6 +163,8 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     queries: InteractiveQueries
     host_name: str
+    scheme: str
+    token: str
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -136,7 +172,30 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "brook-iq"
 
+    def handle(self) -> None:
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.settimeout(10)  # a client that never finishes the handshake gives up its thread
+            try:
+                self.connection.do_handshake()
+            except (OSError, ssl.SSLError) as exc:  # plain HTTP on the HTTPS port, an untrusted client, ...
+                log.debug("interactive queries: TLS handshake with %s failed: %s", self.client_address[0], exc)
+                return
+            self.connection.settimeout(None)
+        super().handle()
+
+    def _authorized(self) -> bool:
+        if not self.server.token:
+            return True
+        given = self.headers.get("Authorization", "")
+        scheme, _, credential = given.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(credential.strip().encode(),
+                                                                   self.server.token.encode())
+
     def do_GET(self) -> None:
+        if not self._authorized():
+            self._send(401, {"error": "unauthorized", "detail": "send 'Authorization: Bearer <application.server.token>'"},
+                       {"WWW-Authenticate": 'Bearer realm="brook"'})
+            return
         try:
             path = urlsplit(self.path).path
             if path.rstrip("/") == "/health":
@@ -184,7 +243,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif result.status == "not_found":
             self._send(404, {"error": "not found", **body, "host": host})
         elif result.status == "not_local":
-            url = f"http://{result.owner}/stores/{quote(store, safe='')}/{quote(text, safe='')}"
+            url = f"{self.server.scheme}://{result.owner}/stores/{quote(store, safe='')}/{quote(text, safe='')}"
             self._send(421, {"error": "not local", "owner": result.owner, **body, "url": url})
         else:
             self._send(503, {"error": "unavailable", "reason": result.reason, **body, "host": host},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import enum
 import logging
 import threading
@@ -21,7 +22,7 @@ from streaming.errors import (
 from streaming.runtime.changelog_reader import StateRestoreListener
 from streaming.runtime.cluster import cluster_metadata
 from streaming.runtime.global_stream_thread import GlobalStreamThread
-from streaming.runtime.http_server import InteractiveQueryServer
+from streaming.runtime.http_server import InteractiveQueryServer, key_to_text
 from streaming.runtime.interactive_queries import (
     InteractiveQueries,
     KeyQueryMetadata,
@@ -30,6 +31,7 @@ from streaming.runtime.interactive_queries import (
     unknown_store_message,
 )
 from streaming.runtime.internal_topics import create_internal_topics
+from streaming.runtime.remote_queries import RemoteQueries, RemoteQueryError
 from streaming.runtime.snapshots import snapshot_source
 from streaming.runtime.state_directory import StateDirectory, application_dir, remove_path
 from streaming.runtime.stream_thread import StreamThread
@@ -248,6 +250,42 @@ class KafkaStreams:
             raise StreamsError(f"metadata_for_key needs a started KafkaStreams (state is {self._state.value})")
         return self._iq.metadata_for_key(store, key, key_serde, partitioner)
 
+    def query(self, store: str, key: Any) -> Any:
+        """The value of ``key`` in key-value store ``store`` wherever it lives, or None when absent.
+
+        Read locally when this instance runs the key's task; otherwise asked from the instance that does
+        (:meth:`metadata_for_key`), over its interactive-query endpoint: HTTPS trusting
+        ``application.server.tls.ca`` when TLS is configured, with ``application.server.token`` as the
+        bearer token. Raises :class:`InvalidStateStoreError` while no instance can answer (rebalancing,
+        restoring; retry), :class:`~streaming.runtime.remote_queries.RemoteQueryError` when the owner
+        cannot be asked.
+        """
+        metadata = self.metadata_for_key(store, key)
+        assert self._iq is not None  # metadata_for_key raised otherwise
+        if metadata.active_host is None:
+            raise InvalidStateStoreError(f"no instance runs the task of key {key!r} of store {store!r} right now "
+                                         f"(rebalancing); retry")
+        if metadata.active_host == self._iq.host:
+            return self.store(store).get(key)
+        remote = self._remote or RemoteQueries(self.config)
+        self._remote = remote
+        text = key_to_text(key, self._iq.store_info(store).key_serde)
+        status, body = remote.get(metadata.active_host, store, text)
+        if status == 200:
+            value = body.get("value")
+            return base64.b64decode(value) if body.get("value_encoding") == "base64" else value
+        if status == 404 and body.get("error") == "not found":
+            return None
+        if status in (421, 503):
+            raise InvalidStateStoreError(f"{metadata.active_host} cannot answer for key {key!r} of store {store!r} "
+                                         f"right now ({body.get('error')}: {body.get('reason', body.get('owner'))}); "
+                                         f"retry")
+        raise RemoteQueryError(f"interactive queries: {metadata.active_host} answered {status} for store "
+                               f"{store!r}: {body.get('error')}"
+                               f"{' (check application.server.token)' if status == 401 else ''}")
+
+    _remote: RemoteQueries | None = None
+
     def _start_interactive_queries(self, partition_counts: dict[str, int], global_stores: dict[str, Any]) -> None:
         """Local store views always; with ``application.server`` also the metadata announcements and
         the HTTP endpoint (bound before any stream thread starts, so a busy port fails start())."""
@@ -258,7 +296,9 @@ class KafkaStreams:
                                       for task_id in list(getattr(thread.tasks, "standby", {}))],
             state=lambda: self._state.value, global_stores=global_stores)
         if iq.host is not None:
-            server = InteractiveQueryServer(iq, iq.host)
+            server = InteractiveQueryServer(iq, iq.host, tls_cert=self.config["application.server.tls.cert"],
+                                            tls_key=self.config["application.server.tls.key"],
+                                            token=self.config["application.server.token"])
             server.start()
             try:
                 iq.start()

@@ -31,6 +31,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from streaming.admin import TopicError, create_topics
 from streaming.errors import StreamsError
+from streaming.runtime.client_configs import metadata_publisher_config, metadata_reader_config
 from streaming.naming import metadata_topic
 
 log = logging.getLogger(__name__)
@@ -109,8 +110,7 @@ class AssignmentPublisher:
 
     def __init__(self, producer_config: dict[str, str], topic: str, host: str,
                  snapshot: Callable[[], tuple[Assignment, str]]) -> None:
-        config = {k: v for k, v in producer_config.items() if not k.startswith("transactional.")}
-        self._producer = Producer({**config, "linger.ms": "0"})
+        self._producer = Producer(metadata_publisher_config(producer_config))
         self.topic = topic
         self.host = host
         self.instance = uuid.uuid4().hex
@@ -189,11 +189,7 @@ class AssignmentReader:
 
     def __init__(self, consumer_config: dict[str, str], topic: str, refresh: float = METADATA_REFRESH_SECONDS,
                  timeout: float = 5.0) -> None:
-        config = {k: v for k, v in consumer_config.items()
-                  if k not in ("group.id", "group.instance.id", "partition.assignment.strategy",
-                               "session.timeout.ms", "heartbeat.interval.ms", "enable.auto.offset.store")}
-        self._consumer = Consumer({**config, "group.id": f"{topic}-reader", "enable.auto.commit": "false",
-                                   "enable.partition.eof": "true", "fetch.wait.max.ms": "100"})
+        self._consumer = Consumer(metadata_reader_config(consumer_config, topic))
         self._consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         self.topic = topic
         self._refresh = refresh

@@ -92,11 +92,13 @@ def produce_paced(bootstrap_servers: str, topic: str, records: list[Any], key_se
 
 
 def read_topic(bootstrap_servers: str, topic: str, key_serde: Serde[Any], value_serde: Serde[Any],
-               partitions: int, timeout: float = 30.0) -> list[ConsumedRecord]:
-    """Every record of ``topic`` from the beginning to partition EOF on all ``partitions``."""
+               partitions: int, timeout: float = 30.0,
+               client_config: dict[str, Any] | None = None) -> list[ConsumedRecord]:
+    """Every record of ``topic`` from the beginning to partition EOF on all ``partitions``
+    (``client_config``: extra settings, e.g. security)."""
     consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"reader-{uuid.uuid4().hex}",
                          "enable.partition.eof": True, "enable.auto.commit": False,
-                         "fetch.queue.backoff.ms": 10})
+                         "fetch.queue.backoff.ms": 10, **(client_config or {})})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     records: list[ConsumedRecord] = []
     at_end: set[int] = set()
