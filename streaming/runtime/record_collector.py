@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message
 
 from streaming.errors import ProductionError
-
-log = logging.getLogger(__name__)
+from streaming.runtime.streams_producer import StreamsProducer
 
 UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: let the producer's partitioner choose
 
@@ -23,24 +22,26 @@ class RecordCollector(Protocol):
 
     def flush(self) -> None: ...
 
+    @property
+    def producer(self) -> StreamsProducer: ...
+
 
 class KafkaRecordCollector:
-    """Produces through one confluent-kafka producer.
+    """Sends through a :class:`~streaming.runtime.streams_producer.StreamsProducer` (at-least-once today; a
+    transactional one plugs in at :func:`~streaming.runtime.streams_producer.streams_producer`).
 
-    Only failed deliveries call back (``delivery.report.only.error``), so the hot path pays nothing per
-    record for acknowledgements; ``flush()`` waits for every outstanding record and raises
-    :class:`ProductionError` if any failed, so offsets are never committed past a lost output.
+    Only failed deliveries call back, so the hot path pays nothing per record for acknowledgements;
+    ``flush()`` waits for every outstanding record and raises :class:`ProductionError` if any failed, so
+    offsets are never committed past a lost output.
     """
 
-    def __init__(self, producer_config: dict[str, str], metadata_client: Any) -> None:
+    def __init__(self, make_producer: Callable[[Callable[[Any, Any], None]], StreamsProducer],
+                 metadata_client: Any) -> None:
         self._failures: list[tuple[str, int, str]] = []
-        config: dict[str, Any] = {**producer_config, "delivery.report.only.error": True,
-                                  "on_delivery": self._on_delivery}
-        self.producer = Producer(config)
+        self.producer = make_producer(self._on_delivery)
         self._produce = self.producer.produce
         self._metadata_client = metadata_client
         self._partition_counts: dict[str, int] = {}
-        self.sent = 0
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
@@ -101,8 +102,4 @@ class KafkaRecordCollector:
 
     def close(self) -> None:
         """Flush what is outstanding (best effort) and release the producer's connections."""
-        try:
-            self.producer.flush(10)
-            self.producer.close()
-        except Exception:  # closing after a failure: nothing more to report
-            log.debug("producer close failed", exc_info=True)
+        self.producer.close()

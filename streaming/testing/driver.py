@@ -9,9 +9,10 @@ from collections import defaultdict, deque
 from datetime import timedelta
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Message, TopicPartition
 
 from streaming.config import StreamsConfig
+from streaming.runtime import checkpoint
 from streaming.runtime.context import to_millis
 from streaming.runtime.global_state import GlobalStateManager
 from streaming.runtime.task import StreamTask
@@ -24,6 +25,21 @@ from streaming.testing.topics import TestInputTopic, TestOutputTopic, TestRecord
 from streaming.topology.topology import Topology
 
 
+class _DriverProducer:
+    """The driver's :class:`~streaming.runtime.streams_producer.StreamsProducer`: nothing is outstanding, and
+    a commit records the committed offsets (:attr:`TopologyTestDriver.committed_offsets`)."""
+
+    def __init__(self) -> None:
+        self.committed: dict[tuple[str, int], int] = {}
+
+    def begin(self) -> None:
+        """Nothing to begin (the driver has no transactions)."""
+
+    def commit(self, offsets: list[TopicPartition]) -> bool:
+        self.committed.update({(tp.topic, tp.partition): tp.offset for tp in offsets})
+        return True
+
+
 class _DriverCollector:
     """Collects produced records per topic (one partition each) instead of sending them to Kafka."""
 
@@ -31,6 +47,7 @@ class _DriverCollector:
         self.outputs: dict[str, deque[TestRecord]] = defaultdict(deque)
         self.pending: deque[tuple[str, TestRecord]] = deque()
         self.produced: set[str] = set()  # every topic written to, read or not
+        self.producer = _DriverProducer()
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
              partition: int = -1) -> None:
@@ -153,8 +170,7 @@ class TopologyTestDriver:
         """Commit every task (flushing caches), then process what the flushes wrote to topics the topology
         reads (a cached aggregation feeding a repartition topic), and commit again, until nothing is left."""
         while True:
-            for task in self._tasks:
-                task.post_commit(task.prepare_commit())
+            checkpoint.commit(self._tasks, self._collector)
             if not self._drain():
                 return
 
@@ -213,6 +229,12 @@ class TopologyTestDriver:
         stores: dict[str, StateStore] = dict(self._global.views)
         stores.update({name: store for task in self._tasks for name, store in task.stores.items()})
         return stores
+
+    @property
+    def committed_offsets(self) -> dict[tuple[str, int], int]:
+        """The next offset to read per input ``(topic, partition)``, as last committed (every topic has
+        partition 0; a piped record's offset counts from 0 per topic)."""
+        return dict(self._collector.producer.committed)
 
     def metrics(self) -> dict[str, Any]:
         """Counters: ``dropped_records``, the records DSL operations skipped on purpose (a None key or
