@@ -25,7 +25,6 @@ from streaming.timestamps import RecordTimestampExtractor, TimestampExtractor, r
 
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE_V2 = "exactly_once_v2"
-HANDLERS = ("fail", "log_and_continue", "dead_letter")
 
 CLIENT_PREFIXES = ("consumer.", "producer.", "admin.")
 SECURITY_KEYS = re.compile(r"^(security\.protocol|sasl\.[a-z.]+|ssl\.[a-z.]+|client\.id)$")
@@ -92,12 +91,10 @@ def _choice(*choices: str) -> Callable[[Any], str]:
     return convert
 
 
-def _handler(value: Any) -> str:
-    if value == "fail":
-        return "fail"
-    if value in HANDLERS:
-        raise ValueError(f"'{value}' is not available yet (it arrives with the fault-tolerance work); use 'fail'")
-    raise ValueError(f"must be one of {', '.join(HANDLERS)}")
+def _handler(value: Any) -> Any:
+    from streaming.runtime.error_handlers import resolve_handler  # its leaf module; imported late to stay a leaf
+
+    return resolve_handler(value)
 
 
 def _application_id(value: Any) -> str:

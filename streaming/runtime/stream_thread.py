@@ -12,7 +12,10 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 from confluent_kafka.admin import AdminClient
 
 from streaming.config import StreamsConfig
+from streaming.naming import dead_letter_topic, store_of_changelog
 from streaming.runtime.changelog_reader import StateRestoreListener, StoreChangelogReader
+from streaming.runtime.dead_letters import DeadLetterWriter
+from streaming.runtime.error_handlers import configured_handlers
 from streaming.runtime.record_collector import KafkaRecordCollector
 from streaming.runtime.snapshots import SnapshotSource
 from streaming.runtime.state_directory import StateDirectory
@@ -56,12 +59,17 @@ class StreamThread(threading.Thread):
         self.exception: BaseException | None = None
         self.admin = AdminClient(config.admin_config())
         self.consumer = Consumer(config.consumer_config())
+        dlq = dead_letter_topic(config.application_id)
         self.collector = KafkaRecordCollector(
-            lambda on_delivery_error: streams_producer(config, self.consumer, on_delivery_error), self.admin)
+            lambda on_delivery_error: streams_producer(config, self.consumer, on_delivery_error), self.admin,
+            always_fail=lambda topic: topic == dlq or store_of_changelog(config.application_id, topic) is not None)
+        self.errors = self.collector.errors = configured_handlers(
+            config, DeadLetterWriter(config.application_id, dlq, self.collector.send))
         self.changelog_reader = StoreChangelogReader(
             config.consumer_config(), restore_listener, snapshots)
         self.tasks = TaskManager(topology, config, self.collector, wall_clock_ms, self.changelog_reader,
-                                 partition_counts, directory=directory, hosts_standbys=hosts_standbys)
+                                 partition_counts, directory=directory, hosts_standbys=hosts_standbys,
+                                 errors=self.errors)
         self._offset_resets = self.tasks.offset_resets()
         self._cooperative = "cooperative" in config.consumer_config().get("partition.assignment.strategy", "")
         self._paused: set[tuple[str, int]] = set()

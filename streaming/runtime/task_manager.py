@@ -10,6 +10,7 @@ from typing import Any
 from streaming.config import StreamsConfig
 from streaming.runtime import checkpoint
 from streaming.runtime.changelog_reader import StoreChangelogReader
+from streaming.runtime.error_handlers import RecordErrorHandlers
 from streaming.runtime.record_collector import RecordCollector
 from streaming.runtime.state_directory import StateDirectory
 from streaming.runtime.task import StreamTask, TopicPartition, task_id_of
@@ -27,12 +28,13 @@ class TaskManager:
     def __init__(self, topology: Topology, config: StreamsConfig, collector: RecordCollector,
                  clock: Callable[[], int], changelog_reader: StoreChangelogReader,
                  partition_counts: dict[str, int] | None = None, directory: StateDirectory | None = None,
-                 hosts_standbys: bool = True) -> None:
+                 hosts_standbys: bool = True, errors: RecordErrorHandlers | None = None) -> None:
         self._topology = topology
         self._config = config
         self._collector = collector
         self._clock = clock
         self._reader = changelog_reader
+        self._errors = errors
         self._directory = directory or StateDirectory()  # shared by the instance's stream threads
         self._cache_budget = cache_budget(config["statestore.cache.max.bytes"])
         self._subtopology_of: dict[str, Subtopology] = {
@@ -83,7 +85,7 @@ class TaskManager:
                 self._close(existing, clean=True)
             subtopology = self._subtopology_of[tps[0][0]]
             task = StreamTask(subtopology, partition, self._topology, self._config, self._collector, self._clock,
-                              input_partitions=sorted(tps), cache_budget=self._cache_budget)
+                              input_partitions=sorted(tps), cache_budget=self._cache_budget, errors=self._errors)
             self.tasks[task_id] = task
             for tp in tps:
                 self.task_of[tp] = task
