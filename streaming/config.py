@@ -20,6 +20,7 @@ from streaming.config_sources import resolve_references
 from streaming.errors import ConfigError
 from streaming.naming import MAX_NAME_LENGTH, is_legal_name
 from streaming.rdkafka_logging import RDKAFKA_LOGGER
+from streaming.runtime.error_handlers import resolve_handler  # depends on streaming.errors only
 from streaming.serdes import Serde, resolve_serde
 from streaming.timestamps import RecordTimestampExtractor, TimestampExtractor, resolve_extractor
 
@@ -91,12 +92,6 @@ def _choice(*choices: str) -> Callable[[Any], str]:
     return convert
 
 
-def _handler(value: Any) -> Any:
-    from streaming.runtime.error_handlers import resolve_handler  # its leaf module; imported late to stay a leaf
-
-    return resolve_handler(value)
-
-
 def _application_id(value: Any) -> str:
     if not is_legal_name(value):
         raise ValueError(f"must be 1-{MAX_NAME_LENGTH} letters, digits, '.', '_' or '-' (not '.' or '..'): it "
@@ -148,9 +143,9 @@ KEYS: dict[str, _Key] = {
     "default.key.serde": _Key(resolve_serde, "String"),
     "default.value.serde": _Key(resolve_serde, "Json"),
     "default.timestamp.extractor": _Key(resolve_extractor, RecordTimestampExtractor),
-    "default.deserialization.exception.handler": _Key(_handler, "fail"),
-    "processing.exception.handler": _Key(_handler, "fail"),
-    "production.exception.handler": _Key(_handler, "fail"),
+    "default.deserialization.exception.handler": _Key(resolve_handler, "fail"),
+    "processing.exception.handler": _Key(resolve_handler, "fail"),
+    "production.exception.handler": _Key(resolve_handler, "fail"),
     "max.task.idle.ms": _Key(_int(-1), 0),
     "buffered.records.per.partition": _Key(_int(1), 1000),
     "application.server": _Key(_host_port, ""),
