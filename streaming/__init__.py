@@ -30,6 +30,7 @@ from streaming.errors import (
     TopologyError,
     UnknownStateStoreError,
 )
+from streaming.runtime.error_handlers import ErrorContext
 from streaming.serdes import Serde, Serdes
 from streaming.state import KeyValueStore, Stores
 from streaming.timestamps import FieldTimestampExtractor, RecordTimestampExtractor, WallclockTimestampExtractor
@@ -45,7 +46,7 @@ from streaming.windows import (
 )
 
 __all__ = [
-    "BranchedKStream", "ConfigError", "DeserializationError", "FieldTimestampExtractor", "GlobalKTable",
+    "BranchedKStream", "ConfigError", "DeserializationError", "ErrorContext", "FieldTimestampExtractor", "GlobalKTable",
     "InvalidStateStoreError", "KGroupedStream", "KGroupedTable", "KStream", "KTable", "KafkaStreams",
     "KeyQueryMetadata", "KeyValueStore", "Materialized", "ProcessingError", "ProductionError",
     "RecordTimestampExtractor", "Serde", "Serdes", "Stores", "StreamsBuilder",

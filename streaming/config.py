@@ -20,12 +20,12 @@ from streaming.config_sources import resolve_references
 from streaming.errors import ConfigError
 from streaming.naming import MAX_NAME_LENGTH, is_legal_name
 from streaming.rdkafka_logging import RDKAFKA_LOGGER
+from streaming.runtime.error_handlers import resolve_handler  # depends on streaming.errors only
 from streaming.serdes import Serde, resolve_serde
 from streaming.timestamps import RecordTimestampExtractor, TimestampExtractor, resolve_extractor
 
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE_V2 = "exactly_once_v2"
-HANDLERS = ("fail", "log_and_continue", "dead_letter")
 
 CLIENT_PREFIXES = ("consumer.", "producer.", "admin.")
 SECURITY_KEYS = re.compile(r"^(security\.protocol|sasl\.[a-z.]+|ssl\.[a-z.]+|client\.id)$")
@@ -92,14 +92,6 @@ def _choice(*choices: str) -> Callable[[Any], str]:
     return convert
 
 
-def _handler(value: Any) -> str:
-    if value == "fail":
-        return "fail"
-    if value in HANDLERS:
-        raise ValueError(f"'{value}' is not available yet (it arrives with the fault-tolerance work); use 'fail'")
-    raise ValueError(f"must be one of {', '.join(HANDLERS)}")
-
-
 def _application_id(value: Any) -> str:
     if not is_legal_name(value):
         raise ValueError(f"must be 1-{MAX_NAME_LENGTH} letters, digits, '.', '_' or '-' (not '.' or '..'): it "
@@ -158,9 +150,9 @@ KEYS: dict[str, _Key] = {
     "default.key.serde": _Key(resolve_serde, "String"),
     "default.value.serde": _Key(resolve_serde, "Json"),
     "default.timestamp.extractor": _Key(resolve_extractor, RecordTimestampExtractor),
-    "default.deserialization.exception.handler": _Key(_handler, "fail"),
-    "processing.exception.handler": _Key(_handler, "fail"),
-    "production.exception.handler": _Key(_handler, "fail"),
+    "default.deserialization.exception.handler": _Key(resolve_handler, "fail"),
+    "processing.exception.handler": _Key(resolve_handler, "fail"),
+    "production.exception.handler": _Key(resolve_handler, "fail"),
     "max.task.idle.ms": _Key(_int(-1), 0),
     "buffered.records.per.partition": _Key(_int(1), 1000),
     "application.server": _Key(_host_port, ""),

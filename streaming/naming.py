@@ -83,3 +83,11 @@ def subscription_response_topic(application_id: str, join: str) -> str:
 def metadata_topic(application_id: str) -> str:
     """The topic instances announce their assignment on (interactive queries): ``<application.id>-metadata``."""
     return f"{application_id}-metadata"
+
+
+DEAD_LETTER_SUFFIX = "-dlq"
+
+
+def dead_letter_topic(application_id: str) -> str:
+    """Where the ``dead_letter`` error handler writes records it skips: ``<application.id>-dlq``."""
+    return f"{application_id}{DEAD_LETTER_SUFFIX}"

@@ -17,6 +17,7 @@ import typer
 
 from streaming.cli.broker import app as broker_app
 from streaming.cli.data import consume, produce
+from streaming.cli.dlq import app as dlq_app
 from streaming.cli.status import status
 from streaming.cli.topics import app as topics_app
 from streaming.cli.worker import app as worker_app
@@ -32,6 +33,7 @@ app = typer.Typer(
 app.add_typer(broker_app, name="broker")
 app.add_typer(worker_app, name="worker")
 app.add_typer(topics_app, name="topics")
+app.add_typer(dlq_app, name="dlq")
 app.command()(produce)
 app.command()(consume)
 app.command()(status)

@@ -6,11 +6,15 @@ import logging
 
 from streaming.admin import TopicError, create_topics
 from streaming.errors import StreamsError
-from streaming.naming import changelog_topic
+from streaming.naming import changelog_topic, dead_letter_topic
 from streaming.topology.nodes import SinkNodeDef
 from streaming.topology.topology import Topology
 
 log = logging.getLogger(__name__)
+
+#: The dead-letter topic's partitions: dead letters are few, and one partition keeps them in the order
+#: they were written (``brook dlq replay`` replays in that order).
+DEAD_LETTER_PARTITIONS = 1
 
 
 def internal_topic_partitions(topology: Topology, application_id: str, counts: dict[str, int]) -> dict[str, int]:
@@ -66,9 +70,12 @@ def internal_topic_partitions(topology: Topology, application_id: str, counts: d
 
 
 def create_internal_topics(topology: Topology, application_id: str, admin_config: dict[str, str],
-                           counts: dict[str, int]) -> dict[str, int]:
-    """Create (or check) every internal topic; an existing one with another partition count is an error."""
+                           counts: dict[str, int], dead_letters: bool = False) -> dict[str, int]:
+    """Create (or check) every internal topic; an existing one with another partition count is an error.
+    ``dead_letters``: also the dead-letter topic ``<application.id>-dlq`` (one partition, delete policy)."""
     wanted = internal_topic_partitions(topology, application_id, counts)
+    if dead_letters:
+        wanted[dead_letter_topic(application_id)] = DEAD_LETTER_PARTITIONS
     if not wanted:
         return wanted
     builders = topology.store_builders
@@ -79,6 +86,8 @@ def create_internal_topics(topology: Topology, application_id: str, admin_config
             configs[topic] = {"cleanup.policy": "compact", **builder.log_config}
     for topic in topology.internal_topics:
         configs[topic] = {"cleanup.policy": "delete"}
+    if dead_letters:
+        configs[dead_letter_topic(application_id)] = {"cleanup.policy": "delete"}
     try:
         create_topics(admin_config["bootstrap.servers"], wanted, configs=configs, client_config=admin_config)
     except TopicError as exc:

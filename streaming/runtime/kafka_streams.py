@@ -21,6 +21,7 @@ from streaming.errors import (
 )
 from streaming.runtime.changelog_reader import StateRestoreListener
 from streaming.runtime.cluster import cluster_metadata
+from streaming.runtime.error_handlers import merge_metrics, uses_dead_letters
 from streaming.runtime.global_stream_thread import GlobalStreamThread
 from streaming.runtime.http_server import InteractiveQueryServer, key_to_text
 from streaming.runtime.interactive_queries import (
@@ -135,7 +136,8 @@ class KafkaStreams:
         try:
             counts = self.check_topics()
             counts.update(create_internal_topics(self.topology, self.config.application_id,
-                                                 self.config.admin_config(), counts))
+                                                 self.config.admin_config(), counts,
+                                                 dead_letters=uses_dead_letters(self.config)))
             topology = self._start_global_stream_thread(counts)  # global tables are complete before processing
             self._start_interactive_queries(counts, topology.global_state_stores)
             directory = StateDirectory()  # which thread holds which task directory; standbys on thread 1
@@ -200,9 +202,12 @@ class KafkaStreams:
         remove_path(application_dir(state_dir, self.config.application_id), inside=state_dir)
 
     def metrics(self) -> dict[str, Any]:
-        """Counters of the stream threads: records processed, commits, rebalances, tasks, and records
-        the DSL skipped on purpose (null keys or values) in the tasks currently running."""
+        """Counters of the stream threads: records processed, commits, rebalances, tasks, records the DSL
+        skipped on purpose (null keys or values) in the tasks currently running, and what the error
+        handlers did: ``skipped_records`` (log_and_continue, or a handler's "continue"),
+        ``dead_letter_records`` (written to ``<application.id>-dlq``), ``record_errors`` (both, per stage)."""
         return {
+            **merge_metrics([t.errors.metrics() for t in self._threads]),
             "records_processed": sum(t.processed for t in self._threads),
             "dropped_records": sum(task.dropped_records for t in self._threads
                                    for task in list(t.tasks.tasks.values())),

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-import logging
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message
 
 from streaming.errors import ProductionError
-
-log = logging.getLogger(__name__)
+from streaming.runtime.error_handlers import PRODUCTION, ErrorContext, fail_always
+from streaming.runtime.streams_producer import StreamsProducer
 
 UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: let the producer's partitioner choose
+#: Delivery errors about the record itself, which production.exception.handler may skip; any other
+#: (timeouts, authorization, a lost broker) always stops the thread.
+RECORD_ERRORS = frozenset(getattr(KafkaError, name) for name in (
+    "MSG_SIZE_TOO_LARGE", "_MSG_SIZE_TOO_LARGE", "INVALID_RECORD", "CORRUPT_MESSAGE", "RECORD_LIST_TOO_LARGE",
+    "INVALID_TIMESTAMP", "POLICY_VIOLATION") if hasattr(KafkaError, name))
 
 
 class RecordCollector(Protocol):
@@ -23,28 +28,34 @@ class RecordCollector(Protocol):
 
     def flush(self) -> None: ...
 
+    @property
+    def producer(self) -> StreamsProducer: ...
+
 
 class KafkaRecordCollector:
-    """Produces through one confluent-kafka producer.
+    """Sends through a :class:`~streaming.runtime.streams_producer.StreamsProducer` (at-least-once today; a
+    transactional one plugs in at :func:`~streaming.runtime.streams_producer.streams_producer`).
 
-    Only failed deliveries call back (``delivery.report.only.error``), so the hot path pays nothing per
-    record for acknowledgements; ``flush()`` waits for every outstanding record and raises
-    :class:`ProductionError` if any failed, so offsets are never committed past a lost output.
+    Only failed deliveries call back, so the hot path pays nothing per record for acknowledgements;
+    ``flush()`` waits for every outstanding record; a failed one goes to ``production.exception.handler``
+    (``errors``) when the failure is about the record (:data:`RECORD_ERRORS`) and the topic is not one
+    ``always_fail(topic)`` names (changelogs, the dead-letter topic), else it raises
+    :class:`ProductionError`, so offsets are never committed past a lost output.
     """
 
-    def __init__(self, producer_config: dict[str, str], metadata_client: Any) -> None:
-        self._failures: list[tuple[str, int, str]] = []
-        config: dict[str, Any] = {**producer_config, "delivery.report.only.error": True,
-                                  "on_delivery": self._on_delivery}
-        self.producer = Producer(config)
+    def __init__(self, make_producer: Callable[[Callable[[Any, Any], None]], StreamsProducer],
+                 metadata_client: Any, always_fail: Callable[[str], bool] = lambda topic: True) -> None:
+        self._failures: list[tuple[KafkaError, Message]] = []
+        self.errors = fail_always()  # the stream thread sets its handlers (they write through this collector)
+        self._always_fail = always_fail
+        self.producer = make_producer(self._on_delivery)
         self._produce = self.producer.produce
         self._metadata_client = metadata_client
         self._partition_counts: dict[str, int] = {}
-        self.sent = 0
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
-            self._failures.append((message.topic(), message.partition(), str(error)))
+            self._failures.append((error, message))
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
              partition: int = UNASSIGNED) -> None:
@@ -71,7 +82,7 @@ class KafkaRecordCollector:
         """Serve delivery reports without blocking (call once per loop)."""
         self.producer.poll(0)
         if self._failures:
-            self._raise_failures()
+            self._handle_failures()
 
     def partition_count(self, topic: str) -> int:
         count = self._partition_counts.get(topic)
@@ -86,23 +97,25 @@ class KafkaRecordCollector:
     def flush(self, timeout: float = 60.0) -> None:
         """Wait until every sent record is acknowledged; raise if any failed or the wait timed out."""
         deadline = time.monotonic() + timeout
-        while (remaining := self.producer.flush(max(0.0, deadline - time.monotonic()))) > 0:
-            if time.monotonic() >= deadline:
-                raise ProductionError(f"{remaining} records still unacknowledged after {timeout:.0f} s")
-        if self._failures:
-            self._raise_failures()
+        while True:
+            while (remaining := self.producer.flush(max(0.0, deadline - time.monotonic()))) > 0:
+                if time.monotonic() >= deadline:
+                    raise ProductionError(f"{remaining} records still unacknowledged after {timeout:.0f} s")
+            if not self._failures:
+                return
+            self._handle_failures()  # dead letters it writes are flushed in the next round
 
-    def _raise_failures(self) -> None:
-        topic, partition, error = self._failures[0]
-        count = len(self._failures)
-        self._failures.clear()
-        raise ProductionError(f"{count} records failed to reach Kafka; first: topic {topic!r} "
-                              f"partition {partition}: {error}")
+    def _handle_failures(self) -> None:
+        failures, self._failures = self._failures, []
+        for error, message in failures:
+            topic, partition = message.topic(), message.partition()
+            failure = ProductionError(f"record to topic {topic!r} partition {partition} failed: {error}")
+            if error.code() not in RECORD_ERRORS or self._always_fail(topic) or self.errors.fails_on(PRODUCTION):
+                raise ProductionError(f"{len(failures)} records failed to reach Kafka; first: topic {topic!r} "
+                                      f"partition {partition}: {error}")
+            self.errors.handle(ErrorContext(PRODUCTION, None, output_topic=topic, output_partition=partition,
+                                            output_key=message.key(), output_value=message.value()), failure)
 
     def close(self) -> None:
         """Flush what is outstanding (best effort) and release the producer's connections."""
-        try:
-            self.producer.flush(10)
-            self.producer.close()
-        except Exception:  # closing after a failure: nothing more to report
-            log.debug("producer close failed", exc_info=True)
+        self.producer.close()

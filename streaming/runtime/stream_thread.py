@@ -12,10 +12,14 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 from confluent_kafka.admin import AdminClient
 
 from streaming.config import StreamsConfig
+from streaming.naming import dead_letter_topic, store_of_changelog
 from streaming.runtime.changelog_reader import StateRestoreListener, StoreChangelogReader
+from streaming.runtime.dead_letters import DeadLetterWriter
+from streaming.runtime.error_handlers import configured_handlers
 from streaming.runtime.record_collector import KafkaRecordCollector
 from streaming.runtime.snapshots import SnapshotSource
 from streaming.runtime.state_directory import StateDirectory
+from streaming.runtime.streams_producer import streams_producer
 from streaming.runtime.task import StreamTask
 from streaming.runtime.task_manager import TaskManager, as_pairs
 from streaming.topology.topology import Topology
@@ -54,12 +58,18 @@ class StreamThread(threading.Thread):
         self._clean_shutdown = True
         self.exception: BaseException | None = None
         self.admin = AdminClient(config.admin_config())
-        self.collector = KafkaRecordCollector(config.producer_config(), self.admin)
         self.consumer = Consumer(config.consumer_config())
+        dlq = dead_letter_topic(config.application_id)
+        self.collector = KafkaRecordCollector(
+            lambda on_delivery_error: streams_producer(config, self.consumer, on_delivery_error), self.admin,
+            always_fail=lambda topic: topic == dlq or store_of_changelog(config.application_id, topic) is not None)
+        self.errors = self.collector.errors = configured_handlers(
+            config, DeadLetterWriter(config.application_id, dlq, self.collector.send))
         self.changelog_reader = StoreChangelogReader(
             config.consumer_config(), restore_listener, snapshots)
         self.tasks = TaskManager(topology, config, self.collector, wall_clock_ms, self.changelog_reader,
-                                 partition_counts, directory=directory, hosts_standbys=hosts_standbys)
+                                 partition_counts, directory=directory, hosts_standbys=hosts_standbys,
+                                 errors=self.errors)
         self._offset_resets = self.tasks.offset_resets()
         self._cooperative = "cooperative" in config.consumer_config().get("partition.assignment.strategy", "")
         self._paused: set[tuple[str, int]] = set()
@@ -67,9 +77,7 @@ class StreamThread(threading.Thread):
         self._waiting_since: float | None = None  # since when the thread waits for an assignment
         self._last_waiting_log = 0.0
         self.processed = 0
-        self.commits = 0
         self.rebalances = 0
-        self.last_commit_ms = 0.0
 
     # -- life cycle ------------------------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -86,9 +94,10 @@ class StreamThread(threading.Thread):
         try:
             self.consumer.subscribe(self.tasks.source_topics(), on_assign=self._on_assign,
                                     on_revoke=self._on_revoke, on_lost=self._on_lost)
+            self.collector.producer.begin()
             self._loop()
             self._finish_join()
-            self.tasks.shutdown(self._commit)
+            self.tasks.shutdown()
         except BaseException as exc:  # report every failure, including a KeyboardInterrupt in the thread
             self.exception = exc
             self._clean_shutdown = False
@@ -138,7 +147,7 @@ class StreamThread(threading.Thread):
             now = wall_clock_ms()
             self.tasks.punctuate_wall_clock(now)
             if now >= next_commit or self.tasks.commit_requested():
-                self._commit(list(self.tasks.tasks.values()))
+                self.tasks.commit(list(self.tasks.tasks.values()))
                 next_commit = wall_clock_ms() + commit_interval
 
     def _finish_join(self) -> None:
@@ -266,29 +275,14 @@ class StreamThread(threading.Thread):
             raise KafkaException(error)
         log.warning("consumer error on %s[%s]: %s", message.topic(), message.partition(), error)
 
-    # -- commit -------------------------------------------------------------------------------------------------
-    def _commit(self, tasks: list[StreamTask]) -> None:
-        """Flush stores, wait for every output to be acknowledged, then commit the tasks' offsets."""
-        if not tasks:
-            return
-        started = time.perf_counter()
-        per_task = self.tasks.prepare_commit(tasks)
-        self.collector.flush()
-        offsets = [TopicPartition(topic, partition, offset)
-                   for task_offsets in per_task.values() for (topic, partition), offset in task_offsets.items()]
-        if offsets:
-            try:
-                self.consumer.commit(offsets=offsets, asynchronous=False)
-            except KafkaException as exc:
-                # The group moved on (rebalance, fenced generation): the new owner re-reads from the
-                # last committed offset. Outputs were acknowledged, so nothing is lost (at-least-once).
-                log.warning("offset commit failed, tasks %s will be re-read from the last commit: %s",
-                            list(per_task), exc)
-                return
-        for task in tasks:
-            task.post_commit(per_task[task.id])
-        self.commits += 1
-        self.last_commit_ms = (time.perf_counter() - started) * 1000
+    # -- counters ------------------------------------------------------------------------------------------------
+    @property
+    def commits(self) -> int:
+        return self.tasks.commits
+
+    @property
+    def last_commit_ms(self) -> float:
+        return self.tasks.last_commit_ms
 
     # -- rebalance callbacks (called from inside consume) ------------------------------------------------------
     def _log_waiting(self) -> None:
@@ -341,7 +335,7 @@ class StreamThread(threading.Thread):
         pairs = as_pairs(partitions)
         self._paused.difference_update(pairs)
         if self._clean_shutdown:
-            self.tasks.revoke(pairs, self._commit)
+            self.tasks.revoke(pairs)
         else:
             self.tasks.lose(pairs)
 

@@ -7,10 +7,25 @@ from collections.abc import Callable
 from typing import Any
 
 from streaming.config import StreamsConfig
-from streaming.errors import DeserializationError, ProcessingError, RecordError, StreamsError, TopologyError
+from streaming.errors import (
+    DeserializationError,
+    ProcessingError,
+    ProductionError,
+    RecordError,
+    StreamsError,
+    TopologyError,
+)
 from streaming.naming import changelog_topic
 from streaming.processor.api import Cancellable, PunctuationType, Record
 from streaming.runtime.context import NodeContext, fan_out
+from streaming.runtime.error_handlers import (
+    DESERIALIZATION,
+    PROCESSING,
+    PRODUCTION,
+    ErrorContext,
+    RecordErrorHandlers,
+    fail_always,
+)
 from streaming.runtime.partition_group import Buffered, PartitionGroup
 from streaming.runtime.punctuation import PunctuationQueue, PunctuationSchedule
 from streaming.runtime.record_collector import UNASSIGNED, RecordCollector
@@ -59,7 +74,7 @@ class StreamTask:
     def __init__(self, subtopology: Subtopology, partition: int, topology: Topology, config: StreamsConfig,
                  collector: RecordCollector, clock: Callable[[], int],
                  input_partitions: list[TopicPartition] | None = None,
-                 cache_budget: CacheBudget | None = None) -> None:
+                 cache_budget: CacheBudget | None = None, errors: RecordErrorHandlers | None = None) -> None:
         self.id = task_id_of(subtopology.id, partition)
         self.subtopology = subtopology
         self.partition = partition
@@ -90,6 +105,8 @@ class StreamTask:
         self.stores: dict[str, Any] = {}
         self.global_stores: dict[str, Any] = topology.global_state_stores  # read-only views, shared
         self._cache_budget = cache_budget
+        self._errors = errors or fail_always()
+        self._skipped: dict[TopicPartition, list[int]] = {}  # skipped offsets not buffered (see _skip_unbuffered)
 
     # -- construction ------------------------------------------------------------------------------------
     def open_stores(self) -> None:
@@ -192,7 +209,12 @@ class StreamTask:
                 chosen = partitioner(topic, key, value, collector.partition_count(topic))
                 if chosen is not None:
                     partition = chosen
-            send(topic, key_bytes, value_bytes, timestamp, headers, partition)
+            try:
+                send(topic, key_bytes, value_bytes, timestamp, headers, partition)
+            except ProductionError as exc:  # the producer refused the record (e.g. larger than message.max.bytes)
+                self._errors.handle(ErrorContext.of_message(
+                    PRODUCTION, self.id, self.current, output_topic=topic, output_partition=partition,
+                    output_key=key_bytes, output_value=value_bytes), exc)
         return emit
 
     def _sink_error(self, node: SinkNodeDef, key: Any, value: Any, exc: Exception) -> StreamsError:
@@ -218,31 +240,32 @@ class StreamTask:
                                               source.extractor, source.emit)
         stream_time = self.stream_time
         message = None
-        try:
-            for message in messages:
-                self.current = message
-                try:
-                    key = key_de(message.key())
-                    value = value_de(message.value())
-                except Exception as exc:
-                    raise self._deserialization_error(message, exc) from exc
-                if extractor is None:
-                    timestamp = message.timestamp()[1]
-                    if timestamp < 0:
-                        raise self._invalid_timestamp(message, timestamp)
-                else:
-                    timestamp = self._extract(extractor, key, value, message, stream_time)
-                if timestamp > stream_time:
-                    stream_time = self.stream_time = timestamp
-                self.current_timestamp = timestamp
-                emit(key, value, timestamp, message.headers())
-        except RecordError:
-            raise
-        except Exception as exc:
-            raise self._processing_error(message, exc) from exc
-        finally:
-            self.stream_time = stream_time
-            self.current = None
+        remaining = iter(messages)  # after a skipped record, the loop resumes with the next one
+        while True:
+            try:
+                for message in remaining:
+                    self.current = message
+                    try:
+                        key = key_de(message.key())
+                        value = value_de(message.value())
+                    except Exception as exc:
+                        raise self._deserialization_error(message, exc) from exc
+                    if extractor is None:
+                        timestamp = message.timestamp()[1]
+                        if timestamp < 0:
+                            raise self._invalid_timestamp(message, timestamp)
+                    else:
+                        timestamp = self._extract(extractor, key, value, message, stream_time)
+                    if timestamp > stream_time:
+                        stream_time = self.stream_time = timestamp
+                    self.current_timestamp = timestamp
+                    emit(key, value, timestamp, message.headers())
+                break
+            except Exception as exc:
+                self._record_failed(message, exc)  # returns when the handler skips the record
+            finally:
+                self.stream_time = stream_time
+                self.current = None
         self.consumed[(first.topic(), first.partition())] = message.offset() + 1
         if stream_time >= self._stream_punctuations.next_time:
             self._punctuate(self._stream_punctuations, stream_time)
@@ -257,16 +280,21 @@ class StreamTask:
         buffered: list[Buffered] = []
         for message in messages:
             try:
-                key = source.key_deserializer(message.key())
-                value = source.value_deserializer(message.value())
-            except Exception as exc:
-                raise self._deserialization_error(message, exc) from exc
-            if source.extractor is None:
-                timestamp = message.timestamp()[1]
-                if timestamp < 0:
-                    raise self._invalid_timestamp(message, timestamp)
-            else:
-                timestamp = self._extract(source.extractor, key, value, message, partition_time)
+                try:
+                    key = source.key_deserializer(message.key())
+                    value = source.value_deserializer(message.value())
+                except Exception as exc:
+                    raise self._deserialization_error(message, exc) from exc
+                if source.extractor is None:
+                    timestamp = message.timestamp()[1]
+                    if timestamp < 0:
+                        raise self._invalid_timestamp(message, timestamp)
+                else:
+                    timestamp = self._extract(source.extractor, key, value, message, partition_time)
+            except DeserializationError as error:
+                self._errors.handle(ErrorContext.of_message(DESERIALIZATION, self.id, message), error)
+                self._skip_unbuffered(tp, message.offset(), queue, buffered)
+                continue
             partition_time = max(partition_time, timestamp)
             buffered.append((timestamp, key, value, message))
         queue.partition_time = partition_time
@@ -281,24 +309,26 @@ class StreamTask:
         done = 0
         now = self.clock()
         message = None
-        try:
-            while done < max_records:
-                queue = group.next_queue(now, caught_up)
-                if queue is None:
-                    break
-                timestamp, key, value, message = group.pop(queue)
-                self.current = message
-                self.stream_time = max(self.stream_time, timestamp)
-                self.current_timestamp = timestamp
-                self._sources[queue.topic].emit(key, value, timestamp, message.headers())
-                self.consumed[(queue.topic, queue.partition)] = message.offset() + 1
+        while True:
+            try:
+                while done < max_records:
+                    queue = group.next_queue(now, caught_up)
+                    if queue is None:
+                        break
+                    timestamp, key, value, message = group.pop(queue)
+                    self.current = message
+                    self.stream_time = max(self.stream_time, timestamp)
+                    self.current_timestamp = timestamp
+                    self._sources[queue.topic].emit(key, value, timestamp, message.headers())
+                    self.consumed[(queue.topic, queue.partition)] = message.offset() + 1
+                    done += 1
+                break
+            except Exception as exc:
+                self._record_failed(message, exc)  # returns when the handler skips the record
+                self.consumed[(message.topic(), message.partition())] = message.offset() + 1
                 done += 1
-        except RecordError:
-            raise
-        except Exception as exc:
-            raise self._processing_error(message, exc) from exc
-        finally:
-            self.current = None
+            finally:
+                self.current = None
         if self.stream_time >= self._stream_punctuations.next_time:
             self._punctuate(self._stream_punctuations, self.stream_time)
         return done
@@ -330,6 +360,41 @@ class StreamTask:
             f"task {self.id}: source {source.node!r} cannot deserialize the record: {exc!r}; "
             f"key bytes={_preview(message.key())}, value bytes={_preview(message.value())}",
             message.topic(), message.partition(), message.offset())
+
+    def _record_failed(self, message: Any, exc: Exception) -> None:
+        """A record failed: hand it to its stage's handler, which skips it (returns) or fails (raises).
+
+        A :class:`DeserializationError` goes to the deserialization handler; a :class:`ProductionError` was
+        already seen by the production handler (the sink), which chose to fail; anything else is the
+        processing handler's, wrapped in a :class:`ProcessingError` naming the task and the record."""
+        if isinstance(exc, ProductionError):
+            raise exc
+        if isinstance(exc, DeserializationError):
+            stage, error = DESERIALIZATION, exc
+        elif isinstance(exc, RecordError):
+            stage, error = PROCESSING, exc
+        else:
+            stage, error = PROCESSING, self._processing_error(message, exc)
+            error.__cause__ = exc
+        if message is None:
+            raise error
+        self._errors.handle(ErrorContext.of_message(stage, self.id, message), error)
+
+    def _skip_unbuffered(self, tp: TopicPartition, offset: int, queue: Any, batch: list[Buffered]) -> None:
+        """A record skipped before buffering: committed at once if nothing of its partition waits before it,
+        else once the records before it are processed (see :meth:`prepare_commit`)."""
+        if not batch and not queue.records:
+            self.consumed[tp] = max(self.consumed.get(tp, 0), offset + 1)
+        else:
+            self._skipped.setdefault(tp, []).append(offset)
+
+    def _cover_skipped(self) -> None:
+        """Commit past skipped, unbuffered records once every record of their partition before them is done."""
+        for tp, offsets in self._skipped.items():
+            records = self.group.queues[tp].records  # type: ignore[union-attr]
+            head = records[0][3].offset() if records else None
+            while offsets and (head is None or head > offsets[0]):
+                self.consumed[tp] = max(self.consumed.get(tp, 0), offsets.pop(0) + 1)
 
     def _processing_error(self, message: Any, exc: Exception) -> ProcessingError:
         where = (message.topic(), message.partition(), message.offset()) if message is not None else (None,) * 3
@@ -372,6 +437,8 @@ class StreamTask:
         """Flush the stores; return the offsets processed since the last commit."""
         for store in self.stores.values():
             store.flush()
+        if self._skipped:
+            self._cover_skipped()
         return {tp: offset for tp, offset in self.consumed.items() if self._committed.get(tp) != offset}
 
     def post_commit(self, offsets: dict[TopicPartition, int]) -> None:

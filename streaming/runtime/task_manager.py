@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 from streaming.config import StreamsConfig
+from streaming.runtime import checkpoint
 from streaming.runtime.changelog_reader import StoreChangelogReader
+from streaming.runtime.error_handlers import RecordErrorHandlers
 from streaming.runtime.record_collector import RecordCollector
 from streaming.runtime.state_directory import StateDirectory
 from streaming.runtime.task import StreamTask, TopicPartition, task_id_of
@@ -18,21 +21,20 @@ log = logging.getLogger(__name__)
 
 
 class TaskManager:
-    """Creates a task per (sub-topology, partition) of the assignment and closes them on revoke/loss.
-
-    Commit order (at-least-once): every task flushes its stores and reports its offsets, the producer
-    is flushed (all outputs acknowledged, else :class:`ProductionError`), then the offsets are committed.
+    """Creates a task per (sub-topology, partition) of the assignment, commits them, and closes them on
+    revoke/loss. Commits follow :mod:`streaming.runtime.checkpoint` (stores, producer, offsets, checkpoints).
     """
 
     def __init__(self, topology: Topology, config: StreamsConfig, collector: RecordCollector,
                  clock: Callable[[], int], changelog_reader: StoreChangelogReader,
                  partition_counts: dict[str, int] | None = None, directory: StateDirectory | None = None,
-                 hosts_standbys: bool = True) -> None:
+                 hosts_standbys: bool = True, errors: RecordErrorHandlers | None = None) -> None:
         self._topology = topology
         self._config = config
         self._collector = collector
         self._clock = clock
         self._reader = changelog_reader
+        self._errors = errors
         self._directory = directory or StateDirectory()  # shared by the instance's stream threads
         self._cache_budget = cache_budget(config["statestore.cache.max.bytes"])
         self._subtopology_of: dict[str, Subtopology] = {
@@ -45,6 +47,8 @@ class TaskManager:
         self._standby_candidates = self._stateful_tasks(partition_counts or {}) \
             if config["num.standby.replicas"] > 0 and hosts_standbys else {}
         self._standby_version = -1  # the directory version standbys were last placed at
+        self.commits = 0
+        self.last_commit_ms = 0.0
 
     def _stateful_tasks(self, counts: dict[str, int]) -> dict[str, tuple[Subtopology, int]]:
         """Every task with a persistent logged store: the candidates for standby replicas."""
@@ -81,7 +85,7 @@ class TaskManager:
                 self._close(existing, clean=True)
             subtopology = self._subtopology_of[tps[0][0]]
             task = StreamTask(subtopology, partition, self._topology, self._config, self._collector, self._clock,
-                              input_partitions=sorted(tps), cache_budget=self._cache_budget)
+                              input_partitions=sorted(tps), cache_budget=self._cache_budget, errors=self._errors)
             self.tasks[task_id] = task
             for tp in tps:
                 self.task_of[tp] = task
@@ -177,29 +181,38 @@ class TaskManager:
         if self._reader.has_standbys and not self._reader.active:
             self._reader.restore(max_records, 0)
 
-    def revoke(self, partitions: list[TopicPartition], commit: Callable[[list[StreamTask]], None]) -> None:
+    def commit(self, tasks: list[StreamTask]) -> bool:
+        """Commit ``tasks`` (:func:`streaming.runtime.checkpoint.commit`); counts commits and their latency."""
+        if not tasks:
+            return True
+        started = time.perf_counter()
+        if not checkpoint.commit(tasks, self._collector):
+            return False
+        self.commits += 1
+        self.last_commit_ms = (time.perf_counter() - started) * 1000
+        return True
+
+    def revoke(self, partitions: list[TopicPartition]) -> None:
         """Close cleanly every task that owns one of ``partitions``."""
-        self._close_clean(self._owners(partitions), commit)
+        self._close_clean(self._owners(partitions))
 
-    def shutdown(self, commit: Callable[[list[StreamTask]], None]) -> None:
+    def shutdown(self) -> None:
         """Close every task cleanly (the worker is stopping)."""
-        self._close_clean(list(self.tasks.values()), commit)
+        self._close_clean(list(self.tasks.values()))
 
-    def _close_clean(self, tasks: list[StreamTask], commit: Callable[[list[StreamTask]], None]) -> None:
+    def _close_clean(self, tasks: list[StreamTask]) -> None:
         """As Kafka Streams: flush caches and close the processors (``task.suspend``: cached results
         reach every processor before any closes; what ``close()`` forwards is flushed too), commit, close
         the stores (RocksDB flushes its memtables), then checkpoint what the local state files cover."""
         for task in tasks:
             task.suspend()
-        if tasks:
-            commit(tasks)
+        self.commit(tasks)
         running = [task for task in tasks if task.initialized]
         logged = [tp for task in running for tp, store in task.state.changelogs.items() if store.persistent]
         ends = self._reader.end_offsets(logged) if logged else {}
         for task in tasks:
             self._close(task, clean=True)
-        for task in running:
-            task.state.write_checkpoint(ends)
+        checkpoint.write_checkpoints(running, ends)
         for task in tasks:  # only now may another task take the directory (and read the checkpoint)
             self._directory.unlock(task.id, self)
 
@@ -249,9 +262,6 @@ class TaskManager:
 
     def commit_requested(self) -> bool:
         return any(task.commit_requested for task in self.tasks.values())
-
-    def prepare_commit(self, tasks: list[StreamTask]) -> dict[str, dict[TopicPartition, int]]:
-        return {task.id: task.prepare_commit() for task in tasks}
 
     def source_topics(self) -> list[str]:
         return list(self._subtopology_of)

@@ -9,10 +9,15 @@ from collections import defaultdict, deque
 from datetime import timedelta
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Message, TopicPartition
 
 from streaming.config import StreamsConfig
+from streaming.errors import ProductionError
+from streaming.naming import dead_letter_topic
+from streaming.runtime import checkpoint
 from streaming.runtime.context import to_millis
+from streaming.runtime.dead_letters import DeadLetterWriter
+from streaming.runtime.error_handlers import configured_handlers
 from streaming.runtime.global_state import GlobalStateManager
 from streaming.runtime.task import StreamTask
 from streaming.serdes import Serde
@@ -24,16 +29,43 @@ from streaming.testing.topics import TestInputTopic, TestOutputTopic, TestRecord
 from streaming.topology.topology import Topology
 
 
-class _DriverCollector:
-    """Collects produced records per topic (one partition each) instead of sending them to Kafka."""
+class _DriverProducer:
+    """The driver's :class:`~streaming.runtime.streams_producer.StreamsProducer`: nothing is outstanding, and
+    a commit records the committed offsets (:attr:`TopologyTestDriver.committed_offsets`)."""
 
     def __init__(self) -> None:
+        self.committed: dict[tuple[str, int], int] = {}
+
+    def begin(self) -> None:
+        """Nothing to begin (the driver has no transactions)."""
+
+    def commit(self, offsets: list[TopicPartition]) -> bool:
+        self.committed.update({(tp.topic, tp.partition): tp.offset for tp in offsets})
+        return True
+
+
+class _DriverCollector:
+    """Collects produced records per topic (one partition each) instead of sending them to Kafka.
+
+    With ``producer.message.max.bytes`` set, a record whose key, value and headers exceed it is refused
+    as librdkafka refuses it at send time (:class:`ProductionError`), so the production error handler can
+    be tested here; the size is an approximation of librdkafka's (which adds a few bytes of framing)."""
+
+    def __init__(self, max_message_bytes: int | None = None) -> None:
         self.outputs: dict[str, deque[TestRecord]] = defaultdict(deque)
         self.pending: deque[tuple[str, TestRecord]] = deque()
         self.produced: set[str] = set()  # every topic written to, read or not
+        self.producer = _DriverProducer()
+        self._max_bytes = max_message_bytes
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
              partition: int = -1) -> None:
+        if self._max_bytes is not None:
+            size = len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers or [])
+            if size > self._max_bytes:
+                raise ProductionError(f"cannot send to topic {topic!r} (partition {partition}): KafkaError"
+                                      f"{{code=MSG_SIZE_TOO_LARGE,val=10,str=\"Broker: Message size too large\"}} "
+                                      f"({size} bytes > producer.message.max.bytes={self._max_bytes})")
         record = TestRecord(key, value, timestamp, list(headers) if headers else [])
         self.outputs[topic].append(record)
         self.pending.append((topic, record))
@@ -67,7 +99,10 @@ class TopologyTestDriver:
         self.config = StreamsConfig(settings, require_bootstrap=False)
         self.wall_clock_ms = int(time.time() * 1000) if initial_wall_clock_time_ms is None \
             else initial_wall_clock_time_ms
-        self._collector = _DriverCollector()
+        max_bytes = self.config.producer_config().get("message.max.bytes")
+        self._collector = _DriverCollector(int(max_bytes) if max_bytes is not None else None)
+        self._errors = configured_handlers(self.config, DeadLetterWriter(
+            self.config.application_id, dead_letter_topic(self.config.application_id), self._collector.send))
         self._offsets: dict[str, int] = defaultdict(int)
         self._tasks: list[StreamTask] = []
         self._task_by_topic: dict[str, StreamTask] = {}
@@ -80,7 +115,7 @@ class TopologyTestDriver:
             topology = topology.with_global_state_stores(self._global.views)
             for subtopology in topology.subtopologies():
                 task = StreamTask(subtopology, 0, topology, self.config, self._collector, lambda: self.wall_clock_ms,
-                                  cache_budget=budget)
+                                  cache_budget=budget, errors=self._errors)
                 self._tasks.append(task)
                 task.open_stores()
                 task.initialize_topology()
@@ -153,8 +188,7 @@ class TopologyTestDriver:
         """Commit every task (flushing caches), then process what the flushes wrote to topics the topology
         reads (a cached aggregation feeding a repartition topic), and commit again, until nothing is left."""
         while True:
-            for task in self._tasks:
-                task.post_commit(task.prepare_commit())
+            checkpoint.commit(self._tasks, self._collector)
             if not self._drain():
                 return
 
@@ -214,10 +248,19 @@ class TopologyTestDriver:
         stores.update({name: store for task in self._tasks for name, store in task.stores.items()})
         return stores
 
+    @property
+    def committed_offsets(self) -> dict[tuple[str, int], int]:
+        """The next offset to read per input ``(topic, partition)``, as last committed (every topic has
+        partition 0; a piped record's offset counts from 0 per topic)."""
+        return dict(self._collector.producer.committed)
+
     def metrics(self) -> dict[str, Any]:
         """Counters: ``dropped_records``, the records DSL operations skipped on purpose (a None key or
-        value where an aggregation or table needs one), summed over tasks and global stores."""
-        return {"dropped_records": sum(task.dropped_records for task in self._tasks) + self._global.skipped}
+        value where an aggregation or table needs one), summed over tasks and global stores; and what the
+        error handlers did, as ``KafkaStreams.metrics()``: ``skipped_records``, ``dead_letter_records``,
+        ``record_errors`` (per stage). Dead letters are in the output topic ``<application.id>-dlq``."""
+        return {"dropped_records": sum(task.dropped_records for task in self._tasks) + self._global.skipped,
+                **self._errors.metrics()}
 
     def close(self) -> None:
         """Close cleanly, as a worker does: flush caches, close processors (what they forward on close is

@@ -1,0 +1,44 @@
+"""The commit path: the one order in which a stream thread, the task manager and the test driver commit.
+
+1. **Stores and caches.** Every task flushes its stores (a cache forwards what it holds downstream, so
+   outputs and changelog writes reach the producer) and reports the offsets it processed.
+2. **Producer.** The collector waits until every output, changelog write and dead letter is acknowledged;
+   a failed delivery goes to ``production.exception.handler`` or raises :class:`ProductionError` (then
+   nothing is committed, and the input is read again: at-least-once).
+3. **Offsets.** The producer commits the offsets (:meth:`StreamsProducer.commit`: to the consumer group
+   under at-least-once; with the transaction under exactly-once), then starts the next unit of work.
+4. **Checkpoint files.** When tasks close cleanly, after their stores closed (RocksDB flushed its
+   memtables), each writes the changelog offsets its local state covers (:func:`write_checkpoints`), so
+   a restart restores only the changelog's tail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from confluent_kafka import TopicPartition
+
+from streaming.runtime.record_collector import RecordCollector
+from streaming.runtime.task import StreamTask
+
+
+def commit(tasks: Sequence[StreamTask], collector: RecordCollector) -> bool:
+    """Steps 1-3 for ``tasks``. False if the offsets were refused (the group moved on): the tasks keep their
+    uncommitted offsets, and whoever owns the partitions next re-reads from the last commit."""
+    per_task = {task.id: task.prepare_commit() for task in tasks}
+    collector.flush()
+    offsets = [TopicPartition(topic, partition, offset)
+               for task_offsets in per_task.values() for (topic, partition), offset in task_offsets.items()]
+    producer = collector.producer
+    if not producer.commit(offsets):
+        return False
+    for task in tasks:
+        task.post_commit(per_task[task.id])
+    producer.begin()
+    return True
+
+
+def write_checkpoints(tasks: Sequence[StreamTask], changelog_ends: dict[tuple[str, int], int]) -> None:
+    """Step 4, for tasks whose stores are closed: record the changelog offsets their local state covers."""
+    for task in tasks:
+        task.state.write_checkpoint(changelog_ends)

@@ -1,0 +1,111 @@
+"""StreamsProducer: the producer under the record collector, and how a commit makes its work durable.
+
+As Kafka Streams' ``StreamsProducer``: the record collector sends through it; a commit asks it to
+:meth:`~StreamsProducer.commit` the consumed offsets. Under ``at_least_once`` (:class:`AtLeastOnceProducer`)
+that is "wait until every sent record is acknowledged, then commit the offsets to the consumer group".
+A transactional producer (``exactly_once_v2``) implements the same two methods as "begin a transaction"
+and "send the offsets to the transaction and commit it" — the runtime's commit path
+(:mod:`streaming.runtime.checkpoint`) does not change.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from streaming.config import StreamsConfig
+from streaming.errors import ConfigError, ProductionError
+
+log = logging.getLogger(__name__)
+
+
+COMMIT_FLUSH_TIMEOUT_S = 60.0
+
+
+class StreamsProducer(Protocol):
+    """What the record collector and the commit path need of a producer."""
+
+    #: confluent-kafka's ``Producer.produce`` (the collector's hot path calls it directly).
+    produce: Callable[..., None]
+
+    def poll(self, timeout: float = 0) -> int:
+        """Serve delivery reports; returns how many were served."""
+        ...
+
+    def flush(self, timeout: float) -> int:
+        """Wait up to ``timeout`` s for outstanding records; returns how many are still outstanding."""
+        ...
+
+    def begin(self) -> None:
+        """Start the unit of work the next sends belong to (a transaction; nothing under at-least-once)."""
+        ...
+
+    def commit(self, offsets: list[TopicPartition]) -> bool:
+        """Make everything sent since :meth:`begin` durable together with ``offsets`` (the next offsets to
+        read, per input partition). False if the group moved on (rebalance) and the offsets were refused."""
+        ...
+
+    def close(self) -> None:
+        """Flush what is outstanding (best effort) and release the connections."""
+        ...
+
+
+class AtLeastOnceProducer:
+    """One idempotent confluent-kafka producer; a commit flushes it, then commits the offsets to the group.
+
+    Only failed deliveries call back (``delivery.report.only.error``), so the hot path pays nothing per
+    record for acknowledgements; ``on_delivery_error(error, message)`` receives them.
+    """
+
+    def __init__(self, producer_config: dict[str, Any], consumer: Consumer | None,
+                 on_delivery_error: Callable[[Any, Any], None]) -> None:
+        self._consumer = consumer
+        self.producer = Producer({**producer_config, "delivery.report.only.error": True,
+                                  "on_delivery": on_delivery_error})
+        self.produce = self.producer.produce
+
+    def poll(self, timeout: float = 0) -> int:
+        return self.producer.poll(timeout)
+
+    def flush(self, timeout: float) -> int:
+        return self.producer.flush(timeout)
+
+    def begin(self) -> None:
+        """Nothing to begin: at-least-once sends are not grouped."""
+
+    def commit(self, offsets: list[TopicPartition]) -> bool:
+        """Flush (every record acknowledged), then commit ``offsets`` synchronously to the consumer group."""
+        remaining = self.producer.flush(COMMIT_FLUSH_TIMEOUT_S)
+        if remaining:
+            raise ProductionError(f"{remaining} records still unacknowledged after {COMMIT_FLUSH_TIMEOUT_S:.0f} s; "
+                                  f"offsets not committed")
+        if not offsets or self._consumer is None:
+            return True
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            # The group moved on (rebalance, fenced generation): the new owner re-reads from the last
+            # committed offset. Outputs were acknowledged, so nothing is lost (at-least-once).
+            log.warning("offset commit failed; partitions %s will be re-read from the last commit: %s",
+                        sorted({(tp.topic, tp.partition) for tp in offsets}), exc)
+            return False
+        return True
+
+    def close(self) -> None:
+        try:
+            self.producer.flush(10)
+            self.producer.close()
+        except Exception:  # closing after a failure: nothing more to report
+            log.debug("producer close failed", exc_info=True)
+
+
+def streams_producer(config: StreamsConfig, consumer: Consumer | None,
+                     on_delivery_error: Callable[[Any, Any], None]) -> StreamsProducer:
+    """The producer ``processing.guarantee`` asks for (the one place a transactional producer plugs in)."""
+    if config.exactly_once:
+        raise ConfigError("config key 'processing.guarantee': exactly_once_v2 is not available yet; "
+                          "use at_least_once")
+    return AtLeastOnceProducer(config.producer_config(), consumer, on_delivery_error)
