@@ -84,6 +84,13 @@ def _int(minimum: int | None = None) -> Callable[[Any], int]:
     return convert
 
 
+def _port(value: Any) -> int:
+    number = _int(0)(value)
+    if number > 65535:
+        raise ValueError(f"must be a port number 0..65535 (0: off), got {number}")
+    return number
+
+
 def _choice(*choices: str) -> Callable[[Any], str]:
     def convert(value: Any) -> str:
         if value not in choices:
@@ -164,6 +171,8 @@ KEYS: dict[str, _Key] = {
     "application.server.tls.ca": _Key(_optional_file, ""),
     "application.server.token": _Key(_optional_string, ""),
     "poll.ms": _Key(_int(0), 100),
+    # Prometheus /metrics on this port, every interface (0: not served; KafkaStreams.metrics_registry still works).
+    "metrics.port": _Key(_port, 0),
 }
 
 

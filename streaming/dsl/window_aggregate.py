@@ -97,7 +97,8 @@ class TimeWindowAggregate(_WindowedOperator):
             dropped = False
             for start, end in windows:
                 if end <= close:
-                    drop(f"record at {timestamp} for closed window [{start}, {end}) (stream time - grace = {close})")
+                    drop(f"record at {timestamp} for closed window [{start}, {end}) (stream time - grace = {close})",
+                         late=True)
                     dropped = True
                     continue
                 old = fetch(key, start)
@@ -159,7 +160,8 @@ class SessionWindowAggregate(_WindowedOperator):
                 start = min(start, session[1][0])
                 end = max(end, session[1][1])
             if end < close:
-                drop(f"record at {timestamp} for closed session [{start}, {end}] (stream time - grace - gap = {close})")
+                drop(f"record at {timestamp} for closed session [{start}, {end}] (stream time - grace - gap = {close})",
+                     late=True)
                 if late is not None:
                     late(key, value, timestamp, headers)
                 return
@@ -209,7 +211,8 @@ class SlidingWindowAggregate(_WindowedOperator):
             """Aggregate the record into window ``[start, start + diff]`` holding ``old`` (None: empty)."""
             end = start + diff
             if end <= close:
-                drop(f"record at {timestamp} for closed sliding window [{start}, {end}] (stream time - grace = {close})")
+                drop(f"record at {timestamp} for closed sliding window [{start}, {end}] (stream time - grace = {close})",
+                     late=True)
                 return False
             new = step(key, value, old)
             new_timestamp = max(timestamp, old_timestamp)
@@ -261,7 +264,8 @@ class SlidingWindowAggregate(_WindowedOperator):
                 return
             close = context.current_stream_time_ms - grace
             if timestamp + 1 + diff <= close:
-                drop(f"record at {timestamp} for closed sliding windows (stream time - grace = {close})")
+                drop(f"record at {timestamp} for closed sliding windows (stream time - grace = {close})",
+                     late=True)
                 if late is not None:
                     late(key, value, timestamp, headers)
                 return

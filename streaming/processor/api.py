@@ -109,9 +109,10 @@ class ProcessorContext:
         """Ask for a commit as soon as the current record is done."""
         raise NotImplementedError
 
-    def record_dropped(self, reason: str) -> None:
+    def record_dropped(self, reason: str, late: bool = False) -> None:
         """Count a record this processor skips on purpose (the ``dropped_records`` metric of the app and of
-        the test driver) and log ``reason`` at debug with the record's topic, partition and offset."""
+        the test driver; ``late=True``: a record for a window already closed, also counted as a late drop)
+        and log ``reason`` at debug with the record's topic, partition and offset."""
         raise NotImplementedError
 
     @property

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streaming.errors import StreamsError
+from streaming.metrics.collector import RestoreSample
 from streaming.runtime.client_configs import restore_consumer_config
 from streaming.runtime.snapshots import NoSnapshots, SnapshotSource, seed_from_snapshots
 
@@ -47,6 +48,7 @@ class _Restoring:
     position: int
     standby: bool = False  # a standby replica keeps tailing; it never completes
     restored: int = 0
+    end: int = -1  # the changelog's end as last known (the high watermark of the last fetch)
     started: bool = False
     began_at: float = field(default_factory=time.monotonic)
     start_verified: bool = False  # the start offset was checked against the changelog's true end
@@ -65,6 +67,7 @@ class StoreChangelogReader:
         self._restoring: dict[TP, _Restoring] = {}
         self._pending_tasks: dict[str, set[TP]] = {}
         self._last_log = 0.0
+        self.restored: dict[tuple[str, str, int], int] = {}  # (store, topic, partition) -> records applied
 
     @property
     def active(self) -> bool:
@@ -184,7 +187,7 @@ class StoreChangelogReader:
     def _begin(self, tp: TP, state: _Restoring) -> None:
         state.started = True
         _, high = self._consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
-        end = max(high, state.start)
+        end = state.end = max(high, state.start)
         log.info("restoring store %r of task %s from %s[%d] offsets %d..%d", state.store.name, state.task.id,
                  tp[0], tp[1], state.start, end)
         if self._listener is not None:
@@ -203,6 +206,10 @@ class StoreChangelogReader:
         end = messages[-1].offset() + 1
         state.restored += len(messages)
         state.position = end
+        _, high = self._consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
+        state.end = max(state.end, high, end)
+        key = (state.store.name, *tp)
+        self.restored[key] = self.restored.get(key, 0) + len(messages)
         if self._listener is not None:
             self._listener.on_batch_restored(tp, state.store.name, end, len(messages))
 
@@ -229,6 +236,13 @@ class StoreChangelogReader:
                 del self._pending_tasks[state.task.id]
                 return state.task
         return None
+
+    def progress(self) -> list[RestoreSample]:
+        """The changelog partitions being restored or tailed, with the records left to their known end
+        (0 until a restore has started and learned the end); read by the metrics collector."""
+        return [RestoreSample(state.task.id, state.store.name, tp[0], tp[1],
+                              max(state.end - state.position, 0) if state.end >= 0 else 0, state.standby)
+                for tp, state in list(self._restoring.items())]
 
     def _log_progress(self) -> None:
         now = time.monotonic()

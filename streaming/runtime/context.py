@@ -94,10 +94,13 @@ class NodeContext(ProcessorContext):
         """The config's ``default.value.serde`` (Kafka Streams' ``context.valueSerde()``)."""
         return self._task.config.default_value_serde
 
-    def record_dropped(self, reason: str) -> None:
-        """Count a record this node skips on purpose (the task's ``dropped_records``) and log it at debug."""
+    def record_dropped(self, reason: str, late: bool = False) -> None:
+        """Count a record this node skips on purpose (the task's ``dropped_records``; ``late``: a record for
+        a closed window, also counted in ``late_records``) and log it at debug."""
         task = self._task
         task.dropped_records += 1
+        if late:
+            task.late_records += 1
         if log.isEnabledFor(logging.DEBUG):
             current = task.current
             where = "" if current is None else \

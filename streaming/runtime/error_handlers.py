@@ -102,6 +102,7 @@ class RecordErrorHandlers:
         self.skipped = 0  # records skipped by log_and_continue or a user handler's "continue"
         self.dead_lettered = 0  # records written to the dead-letter topic
         self.by_stage = dict.fromkeys(STAGES, 0)  # records skipped or dead-lettered, per stage
+        self.by_action: dict[tuple[str, str], int] = {}  # (stage, "skipped" | "dead_letter") -> records
 
     def fails_on(self, stage: str) -> bool:
         """Whether ``stage``'s errors always stop the thread (the ``fail`` handler)."""
@@ -118,7 +119,7 @@ class RecordErrorHandlers:
                                    f"here") from error
             self._dead_letters(context, error)
             self.dead_lettered += 1
-            self.by_stage[context.stage] += 1
+            self._count(context.stage, DEAD_LETTER)
             log.warning("%s error at %s sent to the dead-letter topic: %s", context.stage, context.where(), error)
             return
         if handler != LOG_AND_CONTINUE:
@@ -126,9 +127,13 @@ class RecordErrorHandlers:
             if decision == FAIL:
                 raise error
         self.skipped += 1
-        self.by_stage[context.stage] += 1
+        self._count(context.stage, "skipped")
         log.warning("%s error at %s skipped (%s=%s): %s", context.stage, context.where(),
                     HANDLER_KEYS[context.stage], handler if isinstance(handler, str) else _name(handler), error)
+
+    def _count(self, stage: str, action: str) -> None:
+        self.by_stage[stage] += 1
+        self.by_action[(stage, action)] = self.by_action.get((stage, action), 0) + 1
 
     def _ask(self, handler: Handler, context: ErrorContext, error: Exception) -> str:
         try:

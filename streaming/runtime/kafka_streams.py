@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from streaming.config import StreamsConfig
 from streaming.errors import (
     ConfigError,
@@ -19,6 +21,8 @@ from streaming.errors import (
     StreamsError,
     UnknownStateStoreError,
 )
+from streaming.metrics.collector import InstanceSample, StreamsCollector
+from streaming.metrics.endpoint import MetricsEndpoint
 from streaming.runtime.changelog_reader import StateRestoreListener
 from streaming.runtime.cluster import cluster_metadata
 from streaming.runtime.error_handlers import merge_metrics, uses_dead_letters
@@ -81,6 +85,10 @@ class KafkaStreams:
         self._restore_listener: StateRestoreListener | None = None
         self._threads: list[StreamThread] = []
         self._thread_states: dict[str, str] = {}
+        self.metrics_registry = CollectorRegistry(auto_describe=False)
+        """This instance's Prometheus metrics (``brook_*``, read at scrape time); served on ``metrics.port``."""
+        self.metrics_registry.register(StreamsCollector(self._metrics_sample))
+        self._metrics_endpoint: MetricsEndpoint | None = None
 
     # -- state ------------------------------------------------------------------------------------------
     @property
@@ -140,6 +148,7 @@ class KafkaStreams:
                                                  dead_letters=uses_dead_letters(self.config)))
             topology = self._start_global_stream_thread(counts)  # global tables are complete before processing
             self._start_interactive_queries(counts, topology.global_state_stores)
+            self._start_metrics_endpoint()
             directory = StateDirectory()  # which thread holds which task directory; standbys on thread 1
             for i in range(self.config["num.stream.threads"]):
                 self._threads.append(StreamThread(f"{self.config.application_id}-StreamThread-{i + 1}", topology,
@@ -158,6 +167,7 @@ class KafkaStreams:
         """``start()`` failed: stop what it started (HTTP server, announcements, global thread, the stream
         threads' clients) and end NOT_RUNNING, so nothing outlives the failure and close() has nothing left."""
         self._stop_interactive_queries()
+        self._stop_metrics_endpoint()
         self._stop_global_stream_thread(time.monotonic() + 30)
         for thread in self._threads:
             thread.discard()
@@ -179,6 +189,7 @@ class KafkaStreams:
         global_done = self._stop_global_stream_thread(deadline)
         done = not any(t.is_alive() for t in self._threads) and global_done
         self._stop_interactive_queries()
+        self._stop_metrics_endpoint()
         if done:
             if self._state is State.ERROR:
                 with self._lock:
@@ -216,6 +227,22 @@ class KafkaStreams:
             "last_commit_latency_ms": max((t.last_commit_ms for t in self._threads), default=0.0),
             "tasks": sorted(task for t in self._threads for task in t.tasks.tasks),
         }
+
+    # -- Prometheus metrics (logic in streaming.metrics) --------------------------------------------------------------
+    def _metrics_sample(self) -> InstanceSample:
+        return InstanceSample(self.config.application_id, self._state.value, tuple(s.value for s in State),
+                              [thread.metrics_sample() for thread in list(self._threads)])
+
+    def _start_metrics_endpoint(self) -> None:
+        if self.config["metrics.port"]:
+            endpoint = MetricsEndpoint(self.metrics_registry, self.config["metrics.port"])
+            endpoint.start()
+            self._metrics_endpoint = endpoint
+
+    def _stop_metrics_endpoint(self) -> None:
+        if self._metrics_endpoint is not None:
+            self._metrics_endpoint.stop()
+            self._metrics_endpoint = None
 
     # -- interactive queries (logic in streaming.runtime.interactive_queries / http_server) ------------------
     _iq: InteractiveQueries | None = None

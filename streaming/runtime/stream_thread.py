@@ -12,6 +12,8 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 from confluent_kafka.admin import AdminClient
 
 from streaming.config import StreamsConfig
+from streaming.metrics.collector import TaskSample, ThreadSample
+from streaming.metrics.histogram import Histogram
 from streaming.naming import dead_letter_topic, store_of_changelog
 from streaming.runtime.changelog_reader import StateRestoreListener, StoreChangelogReader
 from streaming.runtime.dead_letters import DeadLetterWriter
@@ -32,6 +34,7 @@ WAITING_LOG_S = 5.0
 #: most :data:`CLOSE_JOIN_WAIT_S` more (see :meth:`StreamThread._finish_join`).
 CLOSE_SETTLE_S = 1.0
 CLOSE_JOIN_WAIT_S = 10.0
+LAG_INTERVAL_MS = 1000  # how often the loop refreshes the lag per input partition (for /metrics)
 
 
 def wall_clock_ms() -> int:
@@ -78,6 +81,9 @@ class StreamThread(threading.Thread):
         self._last_waiting_log = 0.0
         self.processed = 0
         self.rebalances = 0
+        self.process_latency = Histogram()  # per polled batch
+        self.e2e_latency = Histogram()  # the last record of each batch: its timestamp to the end of processing
+        self.lag: dict[tuple[str, int], int] = {}  # per input partition, refreshed every LAG_INTERVAL_MS
 
     # -- life cycle ------------------------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -122,6 +128,7 @@ class StreamThread(threading.Thread):
         poll_seconds = self.config["poll.ms"] / 1000
         commit_interval = self.config["commit.interval.ms"]
         next_commit = wall_clock_ms() + commit_interval
+        next_lag = 0
         task_of = self.tasks.task_of
         self._waiting_since = time.monotonic()
         while not self._stopping.is_set():
@@ -136,6 +143,7 @@ class StreamThread(threading.Thread):
             else:
                 self.tasks.catch_up_standbys(max_records * 5)
             messages = consume(max_records, 0 if self.tasks.restoring else poll_seconds)
+            started = time.perf_counter()
             if messages:
                 self._dispatch(messages, task_of)
                 self.processed += len(messages)
@@ -143,8 +151,13 @@ class StreamThread(threading.Thread):
                 self.tasks.process_buffered(max_records, self._caught_up)
                 self._pause_full()
                 self._resume_drained()
+            if messages:
+                self._observe_batch(messages, started)
             self.collector.poll()
             now = wall_clock_ms()
+            if now >= next_lag:
+                self._update_lag()
+                next_lag = now + LAG_INTERVAL_MS
             self.tasks.punctuate_wall_clock(now)
             if now >= next_commit or self.tasks.commit_requested():
                 self.tasks.commit(list(self.tasks.tasks.values()))
@@ -276,6 +289,46 @@ class StreamThread(threading.Thread):
         log.warning("consumer error on %s[%s]: %s", message.topic(), message.partition(), error)
 
     # -- counters ------------------------------------------------------------------------------------------------
+    def _observe_batch(self, messages: list[Any], started: float) -> None:
+        """Per batch, never per record: its processing time, and the end-to-end latency of its last record."""
+        self.process_latency.observe(time.perf_counter() - started)
+        for message in reversed(messages):
+            if message.error() is None:
+                timestamp = message.timestamp()[1]
+                if timestamp > 0:
+                    self.e2e_latency.observe(max(time.time() * 1000 - timestamp, 0.0) / 1000)
+                return
+
+    def _update_lag(self) -> None:
+        """Lag per input partition: the high watermark of the last fetch (``cached=True``: the Fetch response's,
+        never ListOffsets "latest", which the embedded broker answers wrongly) minus the next offset to
+        process. Partitions whose watermark is not known yet (not fetched since the assignment) are left out."""
+        lag = {}
+        for tp, task in list(self.tasks.task_of.items()):
+            partition = TopicPartition(*tp)
+            watermarks = self.consumer.get_watermark_offsets(partition, cached=True)
+            if watermarks is None or watermarks[1] < 0:
+                continue
+            next_offset = task.consumed.get(tp)
+            if next_offset is None:
+                position = self.consumer.position([partition])[0].offset
+                next_offset = position if position >= 0 else self._start_offset(tp, watermarks)
+            lag[tp] = max(watermarks[1] - next_offset, 0)
+        self.lag = lag
+
+    def metrics_sample(self) -> ThreadSample:
+        """This thread's counters for the metrics collector (called from the scraping thread: copies only)."""
+        tasks = list(self.tasks.tasks.values())
+        active = sum(1 for task in tasks if task.initialized)
+        return ThreadSample(
+            name=self.name, processed=self.processed, rebalances=self.rebalances, commits=self.tasks.commits,
+            commit_latency=self.tasks.commit_latency.snapshot(), process_latency=self.process_latency.snapshot(),
+            e2e_latency=self.e2e_latency.snapshot(),
+            tasks={"active": active, "restoring": len(tasks) - active, "standby": len(self.tasks.standby)},
+            lag=dict(self.lag), task_samples=[TaskSample(t.id, t.dropped_records, t.late_records) for t in tasks],
+            record_errors=dict(self.errors.by_action), restored=dict(self.changelog_reader.restored),
+            restores=self.changelog_reader.progress())
+
     @property
     def commits(self) -> int:
         return self.tasks.commits

@@ -83,7 +83,8 @@ class StreamTask:
         self.clock = clock
         self.partitions: list[TopicPartition] = input_partitions or [(t, partition) for t in subtopology.source_topics]
         self.stream_time = -1
-        self.dropped_records = 0  # records DSL operators skipped on purpose (null keys or values)
+        self.dropped_records = 0  # records DSL operators skipped on purpose (null keys or values, late records)
+        self.late_records = 0  # of those, records for windows already closed
         self.current: Any = None  # the input message being processed (None inside a punctuation)
         self.current_timestamp = -1
         self.commit_requested = False

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from streaming.config import StreamsConfig
+from streaming.metrics.histogram import Histogram
 from streaming.runtime import checkpoint
 from streaming.runtime.changelog_reader import StoreChangelogReader
 from streaming.runtime.error_handlers import RecordErrorHandlers
@@ -49,6 +50,7 @@ class TaskManager:
         self._standby_version = -1  # the directory version standbys were last placed at
         self.commits = 0
         self.last_commit_ms = 0.0
+        self.commit_latency = Histogram()
 
     def _stateful_tasks(self, counts: dict[str, int]) -> dict[str, tuple[Subtopology, int]]:
         """Every task with a persistent logged store: the candidates for standby replicas."""
@@ -188,8 +190,10 @@ class TaskManager:
         started = time.perf_counter()
         if not checkpoint.commit(tasks, self._collector):
             return False
+        seconds = time.perf_counter() - started
         self.commits += 1
-        self.last_commit_ms = (time.perf_counter() - started) * 1000
+        self.last_commit_ms = seconds * 1000
+        self.commit_latency.observe(seconds)
         return True
 
     def revoke(self, partitions: list[TopicPartition]) -> None:
