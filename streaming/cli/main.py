@@ -18,6 +18,7 @@ import typer
 from streaming.cli.broker import app as broker_app
 from streaming.cli.data import consume, produce
 from streaming.cli.dlq import app as dlq_app
+from streaming.cli.logs import LOG_FORMATS, TEXT, configure_logging
 from streaming.cli.status import status
 from streaming.cli.topics import app as topics_app
 from streaming.cli.worker import app as worker_app
@@ -59,12 +60,17 @@ def main(
     debug: Annotated[
         bool, typer.Option("--debug", envvar="BROOK_DEBUG", help="Show tracebacks of failures (BROOK_DEBUG=1).")
     ] = False,
+    log_format: Annotated[
+        str, typer.Option(envvar="BROOK_LOG_FORMAT", help="Log lines as text or json (one JSON object per line).")
+    ] = TEXT,
 ) -> None:
     """Brook: the Kafka Streams model in Python, operated from Dagster."""
     level = logging.getLevelName(log_level.upper())
     if not isinstance(level, int):
         raise typer.BadParameter(f"unknown log level {log_level!r}", param_hint="--log-level")
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if log_format not in LOG_FORMATS:
+        raise typer.BadParameter(f"unknown log format {log_format!r}: use text or json", param_hint="--log-format")
+    configure_logging(level, log_format)
     if debug:
         os.environ["BROOK_DEBUG"] = "1"
 

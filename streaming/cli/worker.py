@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from streaming.cli.logs import LOG_FORMATS, configure_logging, logs_json, set_log_fields
 from streaming.cli.progress import RestoreProgressBar
 from streaming.config import is_config_key
 from streaming.config_sources import environment_config
@@ -78,17 +79,29 @@ def run(
     config: Annotated[Path | None, typer.Option("--config", "-c", exists=True, dir_okay=False,
                                                 help="YAML file of streams config")] = None,
     overrides: Annotated[list[str] | None, typer.Option("--set", help="Override one key: key=value")] = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        "--metrics-port", help="Serve Prometheus /metrics on this port (config key metrics.port; 0: off)")] = None,
+    log_format: Annotated[str | None, typer.Option(
+        "--log-format", envvar="BROOK_LOG_FORMAT", help="Log lines as text or json (one JSON object per line)")] = None,
 ) -> None:
     """Run one worker: join the group, process, and stop cleanly on SIGTERM/SIGINT."""
     from streaming.runtime.kafka_streams import KafkaStreams, State
 
+    if log_format is not None:
+        if log_format not in LOG_FORMATS:
+            raise typer.BadParameter(f"unknown log format {log_format!r}: use text or json", param_hint="--log-format")
+        configure_logging(logging.getLogger().level, log_format)
     settings = load_config(config, overrides or [])
+    if metrics_port is not None:
+        settings["metrics.port"] = metrics_port
     try:
         streams = KafkaStreams(load_topology(topology), settings)
     except StreamsError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    streams.set_global_state_restore_listener(RestoreProgressBar())
+    set_log_fields(application_id=streams.config.application_id)
+    if not logs_json():  # JSON logs: restores are reported by the changelog reader's log lines and /metrics
+        streams.set_global_state_restore_listener(RestoreProgressBar())
     stop = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:

@@ -1,0 +1,70 @@
+"""How the ``brook`` command logs: human text (default) or one JSON object per line (``--log-format json``,
+``BROOK_LOG_FORMAT=json``), for log shippers.
+
+A JSON line holds ``time`` (ISO 8601, UTC), ``level``, ``logger``, ``message``, ``thread``, the fields
+:func:`set_log_fields` added (the worker adds ``application_id``), any ``extra=`` fields of the call, and
+``exception`` with the traceback when there is one. Extra fields named like secrets (``streaming.config``'s
+rule) are written as ``***``; messages themselves never carry secret values (the runtime logs redacted
+config only).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from streaming.config import redact
+
+TEXT = "text"
+JSON = "json"
+LOG_FORMATS = (TEXT, JSON)
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+# Attributes every LogRecord has: what is not among them came from ``extra=``.
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line."""
+
+    def __init__(self, fields: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.fields = dict(fields or {})
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "thread": record.threadName,
+            **self.fields,
+        }
+        line.update(redact({k: v for k, v in vars(record).items() if k not in _STANDARD}))
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(line, default=str).decode()
+
+
+def configure_logging(level: int, log_format: str) -> None:
+    """Log to stderr at ``level`` in ``log_format`` (``text`` or ``json``), replacing earlier handlers."""
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"unknown log format {log_format!r}: use {' or '.join(LOG_FORMATS)}")
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if log_format == JSON else logging.Formatter(TEXT_FORMAT))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+
+
+def logs_json() -> bool:
+    """Whether logging is set up to write JSON lines."""
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+
+
+def set_log_fields(**fields: Any) -> None:
+    """Add ``fields`` to every JSON log line from now on (no effect on text logs)."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler.formatter, JsonFormatter):
+            handler.formatter.fields.update(redact(fields))
