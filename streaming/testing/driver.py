@@ -256,11 +256,12 @@ class TopologyTestDriver:
 
     def metrics(self) -> dict[str, Any]:
         """Counters: ``dropped_records``, the records DSL operations skipped on purpose (a None key or
-        value where an aggregation or table needs one), summed over tasks and global stores; and what the
-        error handlers did, as ``KafkaStreams.metrics()``: ``skipped_records``, ``dead_letter_records``,
-        ``record_errors`` (per stage). Dead letters are in the output topic ``<application.id>-dlq``."""
+        value where an aggregation or table needs one, or a record for a closed window), summed over tasks
+        and global stores; ``late_records``, those of them for closed windows; and what the error handlers
+        did, as ``KafkaStreams.metrics()``: ``skipped_records``, ``dead_letter_records``, ``record_errors``
+        (per stage). Dead letters are in the output topic ``<application.id>-dlq``."""
         return {"dropped_records": sum(task.dropped_records for task in self._tasks) + self._global.skipped,
-                **self._errors.metrics()}
+                "late_records": sum(task.late_records for task in self._tasks), **self._errors.metrics()}
 
     def close(self) -> None:
         """Close cleanly, as a worker does: flush caches, close processors (what they forward on close is

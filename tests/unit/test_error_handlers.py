@@ -12,6 +12,7 @@ from streaming import ConfigError, ErrorContext, Serdes, StreamsBuilder, Streams
 from streaming.errors import DeserializationError, ProcessingError, ProductionError, StreamsError
 from streaming.naming import dead_letter_topic
 from streaming.runtime.dead_letters import error_headers, original_headers
+from streaming.runtime.error_handlers import DESERIALIZATION, PROCESSING, PRODUCTION, RecordErrorHandlers
 from streaming.testing import TopologyTestDriver
 
 APP = "handlers-app"
@@ -171,3 +172,15 @@ def test_a_skipped_record_of_a_multi_partition_task_is_committed_once_the_record
         assert driver.create_output_topic("out").read_values_to_list() == [{"id": 1, "user": "Ann"}]
         assert driver.committed_offsets[("orders", 0)] == 2
         assert driver.metrics()["dead_letter_records"] == 1
+
+
+def test_skips_and_dead_letters_are_counted_per_stage_and_action() -> None:
+    letters: list[str] = []
+    handlers = RecordErrorHandlers({DESERIALIZATION: "dead_letter", PROCESSING: "log_and_continue",
+                                    PRODUCTION: "fail"}, lambda context, error: letters.append(context.stage))
+    handlers.handle(ErrorContext(DESERIALIZATION, "0_0", "in", 0, 5), ValueError("bad json"))
+    handlers.handle(ErrorContext(DESERIALIZATION, "0_0", "in", 0, 6), ValueError("bad json"))
+    handlers.handle(ErrorContext(PROCESSING, "0_0", "in", 0, 7), KeyError("n"))
+    assert handlers.by_action == {(DESERIALIZATION, "dead_letter"): 2, (PROCESSING, "skipped"): 1}
+    assert letters == [DESERIALIZATION, DESERIALIZATION]
+    assert handlers.metrics()["record_errors"] == {DESERIALIZATION: 2, PROCESSING: 1, PRODUCTION: 0}

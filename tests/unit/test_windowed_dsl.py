@@ -112,11 +112,12 @@ def test_grace_is_exact_at_the_boundary() -> None:
         source.pipe_input("a", "first", timestamp=0)
         source.pipe_input("b", "advance", timestamp=14)     # stream time 14 = end + grace - 1
         source.pipe_input("a", "at end - 1", timestamp=9)   # still accepted
+        source.pipe_input(None, "no key", timestamp=9)      # dropped, not late
         assert store.fetch("a", 0) == 2
         source.pipe_input("b", "advance", timestamp=15)     # stream time 15 = end + grace
         source.pipe_input("a", "too late", timestamp=9)
         assert store.fetch("a", 0) == 2
-        assert driver.metrics()["dropped_records"] == 1
+        assert driver.metrics()["dropped_records"] == 2 and driver.metrics()["late_records"] == 1
         assert late.read_key_values() == [("a", "too late")]
 
 
