@@ -22,6 +22,7 @@ TEXT = "text"
 JSON = "json"
 LOG_FORMATS = (TEXT, JSON)
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_OURS = "brook_handler"  # marks the handler configure_logging made
 
 # Attributes every LogRecord has: what is not among them came from ``extra=``.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
@@ -50,12 +51,22 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(level: int, log_format: str) -> None:
-    """Log to stderr at ``level`` in ``log_format`` (``text`` or ``json``), replacing earlier handlers."""
+    """Log to stderr at ``level`` in ``log_format`` (``text`` or ``json``). Called again, it switches the
+    format of the handler it made; handlers others installed (a test's log capture) are left alone."""
     if log_format not in LOG_FORMATS:
         raise ValueError(f"unknown log format {log_format!r}: use {' or '.join(LOG_FORMATS)}")
+    formatter = JsonFormatter() if log_format == JSON else logging.Formatter(TEXT_FORMAT)
+    root = logging.getLogger()
+    ours = [handler for handler in root.handlers if getattr(handler, _OURS, False)]
+    if ours:
+        for handler in ours:
+            handler.setFormatter(formatter)
+        root.setLevel(level)
+        return
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if log_format == JSON else logging.Formatter(TEXT_FORMAT))
-    logging.basicConfig(level=level, handlers=[handler], force=True)
+    setattr(handler, _OURS, True)
+    handler.setFormatter(formatter)
+    logging.basicConfig(level=level, handlers=[handler])  # a no-op when the root logger has handlers
 
 
 def logs_json() -> bool:
