@@ -118,11 +118,13 @@ class CommitProgress:
 
 
 def stop_workers(workers: list[subprocess.Popen[bytes]]) -> list[int]:
+    """SIGTERM each worker and wait for it to exit before the next: members of one group leaving at the
+    same instant can leave the embedded broker's group stuck for the next member (README, broker limits),
+    and the platform half starts another word count instance in the same group."""
+    codes = []
     for worker in workers:
         if worker.poll() is None:
             worker.send_signal(signal.SIGTERM)
-    codes = []
-    for worker in workers:
         try:
             codes.append(worker.wait(60))
         except subprocess.TimeoutExpired:
