@@ -4,9 +4,12 @@ afterwards every input record is accounted for and the state agrees with the ora
 Each run starts ``brook worker run`` processes of ``tests.integration.workloads.counting`` (own state
 directories, a 200 ms commit interval, dead letters for records that cannot be read or processed), feeds
 input from a thread at a steady rate (a few hundred keys, some poison values and some undecodable ones),
-and on a seeded schedule SIGKILLs a random worker every few seconds and starts it again — sometimes on a
-wiped state directory. Once the input is fully committed the workers stop with SIGTERM and the topics are
-checked:
+and on a seeded schedule SIGKILLs a worker and starts it again at once — sometimes on a wiped state
+directory. After each restart the schedule waits until the group has committed a few hundred more records
+(so every kill interrupts a group that recovered and makes progress), then kills after a random delay:
+mostly once every worker is RUNNING again (the kill then lands mid-processing), sometimes without waiting
+for that (it may hit a worker that is starting, joining or restoring). Once the input is fully committed
+the workers stop with SIGTERM and the topics are checked:
 
 * every decodable, non-poison input record's ``(partition, offset)`` is in the output at least once, under
   its key; every poison record is a ``processing`` dead letter, every undecodable one a
@@ -67,28 +70,35 @@ class Run:
     undecodable_rate: float = 0.003
 
 
-RUNS = (Run("no-standbys", workers=3, kills=11, standbys=0, seed=101),
-        Run("standbys", workers=3, kills=11, standbys=1, seed=202))
+RUNS = (Run("three-workers", workers=3, kills=8, standbys=0, seed=101),
+        Run("three-workers-standbys", workers=3, kills=8, standbys=1, seed=202),
+        Run("two-workers-standbys", workers=2, kills=8, standbys=1, seed=303))
 RECORDS_PER_S = 400
 PROGRESS = 200  # records the group commits after a restart before the next kill may come
-KILL_DELAY_S = (0.2, 2.0)  # then the kill comes after a random delay, mid-processing
-ANYTIME_RATE = 0.25  # kills of any worker, whatever it is doing (starting, joining, restoring); the others
-# kill a worker that is RUNNING (it has processed and not yet committed records most of the time)
+KILL_DELAY_S = (0.2, 1.5)  # then the kill comes after a random delay, mid-processing
+ANYTIME_RATE = 0.25  # share of kills that do not wait for every worker to be RUNNING (they may hit one that is
+# starting, joining or restoring)
 # A short session timeout, so the group notices a killed member in 2 s rather than 6 s.
 SESSION = ("consumer.session.timeout.ms=2000", "consumer.heartbeat.interval.ms=250")
 WIPE_RATE = 0.25
+# Each record takes 1 ms to process, so a worker spends a good part of its time mid-batch, with records
+# processed since its last commit (without it a batch takes ~1 ms and most kills find nothing uncommitted).
+SLOW_MS = 1
 
 
 @dataclass
 class Outcome:
     kills: int = 0
     wipes: int = 0
-    running_kills: int = 0  # kills of a RUNNING worker
+    running_kills: int = 0  # kills while every worker was RUNNING
     records: int = 0
     duplicates: int = 0  # output emissions beyond the first per input record
     excess: int = 0  # final counts above the oracle's, summed over keys
     dead_letters: int = 0
-    committed_at_kills: list[int] = field(default_factory=list)
+    committed_at_kills: list[dict[int, int]] = field(default_factory=list)  # per input partition, at each kill
+    produced_at_kills: list[dict[int, int]] = field(default_factory=list)  # end offsets acknowledged by then
+    replaying_kills: int = 0  # kills after which records the victim had processed were processed again
+    unexplained_duplicates: int = 0  # records emitted twice that no kill left uncommitted
 
 
 class Workers:
@@ -104,18 +114,20 @@ class Workers:
 
     def _start(self, index: int) -> subprocess.Popen[bytes]:
         self.dir.mkdir(parents=True, exist_ok=True)
-        with self.log(index).open("ab") as log:
+        with self.log(index).open("ab") as log:  # the child keeps its own copy of the handle
             log.write(f"=== test: starting worker {index}\n".encode())
-        return subprocess.Popen(
-            [sys.executable, "-m", "streaming.cli.main", "worker", "run", "tests.integration.workloads.counting:topology",
-             "--set", f"bootstrap.servers={self.bootstrap}", "--set", f"application.id={self.app_id}",
-             "--set", f"state.dir={self.dir / f'state-{index}'}", "--set", "commit.interval.ms=200",
-             "--set", f"num.standby.replicas={self.run.standbys}",
-             "--set", "processing.exception.handler=dead_letter",
-             "--set", "default.deserialization.exception.handler=dead_letter",
-             *(arg for setting in SESSION for arg in ("--set", setting))],
-            cwd=ROOT, stdout=self.log(index).open("ab"), stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(ROOT), "COUNT_INPUT": self.source, "COUNT_OUTPUT": self.sink})
+            log.flush()
+            return subprocess.Popen(
+                [sys.executable, "-m", "streaming.cli.main", "worker", "run", "tests.integration.workloads.counting:topology",
+                 "--set", f"bootstrap.servers={self.bootstrap}", "--set", f"application.id={self.app_id}",
+                 "--set", f"state.dir={self.dir / f'state-{index}'}", "--set", "commit.interval.ms=200",
+                 "--set", f"num.standby.replicas={self.run.standbys}",
+                 "--set", "processing.exception.handler=dead_letter",
+                 "--set", "default.deserialization.exception.handler=dead_letter",
+                 *(arg for setting in SESSION for arg in ("--set", setting))],
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1", "COUNT_INPUT": self.source, "COUNT_OUTPUT": self.sink,
+                     "COUNT_SLOW_MS": str(SLOW_MS)})
 
     def assert_alive(self) -> None:
         for index, process in enumerate(self.processes):
@@ -128,26 +140,34 @@ class Workers:
         states = STATE_CHANGE.findall(life)
         return bool(states) and states[-1] == "RUNNING"
 
-    def victim(self, rng: random.Random, anytime: bool) -> int:
-        """A random worker: any (``anytime``), or one that is RUNNING (waits for one)."""
-        if anytime:
-            return rng.randrange(len(self.processes))
-        wait_for(lambda: any(self.running(i) for i in range(len(self.processes))), 60,
-                 "a worker to reach RUNNING")
-        return rng.choice([i for i in range(len(self.processes)) if self.running(i)])
+    def settled(self) -> bool:
+        """Whether every worker is RUNNING (the group formed, every task restored)."""
+        return all(self.running(i) for i in range(len(self.processes)))
 
-    def kill_and_restart(self, index: int, wipe: bool) -> None:
+    def kill(self, index: int) -> None:
         process = self.processes[index]
         process.send_signal(signal.SIGKILL)
         assert process.wait(10) == -signal.SIGKILL
+
+    def restart(self, index: int, wipe: bool) -> None:
         if wipe:
             shutil.rmtree(self.dir / f"state-{index}", ignore_errors=True)
         self.processes[index] = self._start(index)
 
     def stop(self) -> None:
+        """SIGTERM every worker; one still running after 60 s gets SIGABRT, which makes Python's fault handler
+        write every thread's stack to its log, and fails the test."""
         for process in self.processes:
             process.send_signal(signal.SIGTERM)
-        codes = [process.wait(60) for process in self.processes]
+        codes = []
+        for index, process in enumerate(self.processes):
+            try:
+                codes.append(process.wait(60))
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGABRT)
+                process.wait(10)
+                raise AssertionError(f"worker {index} did not stop within 60 s of SIGTERM:\n"
+                                     f"{self.log(index).read_text()[-6000:]}") from None
         assert codes == [0] * len(codes), \
             f"exit codes {codes}:\n" + "\n".join(self.log(i).read_text()[-3000:] for i in range(len(codes)))
 
@@ -170,6 +190,12 @@ class Feeder(threading.Thread):
         self.produced = 0
         self.ends: dict[int, int] = {}
         self.error: str | None = None
+        self._lock = threading.Lock()
+
+    def acknowledged(self) -> dict[int, int]:
+        """The end offset per partition of what the broker acknowledged so far."""
+        with self._lock:
+            return dict(self.ends)
 
     def record(self, rng: random.Random, i: int) -> tuple[bytes, bytes]:
         key = f"key-{rng.randrange(KEYS):03d}".encode()
@@ -188,7 +214,8 @@ class Feeder(threading.Thread):
                 failures.append(str(error))
             else:
                 partition, offset = message.partition(), message.offset()  # type: ignore[attr-defined]
-                self.ends[partition] = max(self.ends.get(partition, 0), offset + 1)
+                with self._lock:
+                    self.ends[partition] = max(self.ends.get(partition, 0), offset + 1)
 
         rng = random.Random(self.run_.seed)
         producer = Producer({"bootstrap.servers": self.bootstrap, "partitioner": "murmur2_random", "linger.ms": 5})
@@ -223,18 +250,21 @@ def inject_faults(run: Run, bootstrap: str, unique_name: str, tmp_path: Path) ->
         feeder.start()
         committed = 0
         for _ in range(run.kills):
-            wait_for(lambda since=committed: committed_total() >= since + PROGRESS, 60,
-                     f"run {run.name}: the group to commit {PROGRESS} more records after a restart")
+            anytime, wipe = rng.random() < ANYTIME_RATE, rng.random() < WIPE_RATE
+            wait_for(lambda since=committed, anytime=anytime: committed_total() >= since + PROGRESS
+                     and (anytime or workers.settled()), 60,
+                     f"run {run.name}: the group to settle and commit {PROGRESS} more records after a restart")
             time.sleep(rng.uniform(*KILL_DELAY_S))
             workers.assert_alive()
-            wipe = rng.random() < WIPE_RATE
-            anytime = rng.random() < ANYTIME_RATE
-            workers.kill_and_restart(workers.victim(rng, anytime), wipe)
+            victim = rng.randrange(run.workers)
+            workers.kill(victim)
+            outcome.committed_at_kills.append(committed_offsets(bootstrap, app_id, source, PARTITIONS))
+            outcome.produced_at_kills.append(feeder.acknowledged())
+            workers.restart(victim, wipe)
             outcome.running_kills += not anytime
             committed = committed_total()
             outcome.kills += 1
             outcome.wipes += wipe
-            outcome.committed_at_kills.append(committed)
         feeder.stopping.set()
         feeder.join(120)
         assert not feeder.is_alive() and feeder.error is None, f"feeding the input failed: {feeder.error}"
@@ -298,6 +328,18 @@ def account(run: Run, bootstrap: str, app_id: str, source: str, sink: str, produ
         po = (r.value["partition"], r.value["offset"])
         assert rank[po] <= r.value["count"] <= rank[po] + extra_emissions[r.key], \
             f"run {run.name}: {r.key} at input {po} emitted count {r.value['count']}, running count {rank[po]}"
+    # Which kill made each record be processed again: the first that found it produced but not committed.
+    replaying = set()
+    for (partition, offset), times in emissions.items():
+        if times > 1:
+            kill = next((k for k, (committed, produced) in enumerate(zip(outcome.committed_at_kills,
+                                                                          outcome.produced_at_kills, strict=True))
+                         if committed.get(partition, 0) <= offset < produced.get(partition, 0)), None)
+            if kill is None:
+                outcome.unexplained_duplicates += times - 1
+            else:
+                replaying.add(kill)
+    outcome.replaying_kills = len(replaying)
     outcome.records = len(inputs)
     outcome.duplicates = sum(extra_emissions.values())
     outcome.excess = sum(final[key] - oracle[key] for key in oracle)
@@ -315,11 +357,11 @@ def test_random_sigkills_lose_no_record_and_counts_match_the_oracle(bootstrap: s
     outcomes = [inject_faults(run, bootstrap, unique_name, tmp_path) for run in RUNS]
     wall = time.monotonic() - started
     for run, outcome in zip(RUNS, outcomes, strict=True):
-        print(f"fault injection run {run.name}: {outcome.kills} kills ({outcome.running_kills} of a RUNNING worker, "
+        print(f"fault injection run {run.name}: {outcome.kills} kills ({outcome.running_kills} with every worker RUNNING, "
               f"{outcome.wipes} restarts on wiped state), "
-              f"records committed at the kills {outcome.committed_at_kills}, {outcome.records} records, "
+              f"{outcome.replaying_kills} kills made records be processed again, {outcome.records} records, "
               f"{outcome.duplicates} duplicate outputs, {outcome.excess} counted twice, "
-              f"{outcome.dead_letters} dead letters")
+              f"{outcome.dead_letters} dead letters, {outcome.unexplained_duplicates} duplicates no kill explains")
     kills = sum(o.kills for o in outcomes)
     print(f"fault injection: {len(RUNS)} runs, {kills} kills survived, {sum(o.records for o in outcomes)} records "
           f"checked, {sum(o.duplicates for o in outcomes)} duplicates seen, "
