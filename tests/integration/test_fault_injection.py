@@ -2,7 +2,8 @@
 afterwards every input record is accounted for and the state agrees with the oracle.
 
 Each run starts ``brook worker run`` processes of ``tests.integration.workloads.counting`` (own state
-directories, a 200 ms commit interval, dead letters for records that cannot be read or processed), feeds
+directories, a 200 ms commit interval, dead letters for records that cannot be processed, and for records
+that cannot be read either dead letters or, in one run, skips with a warning), feeds
 input from a thread at a steady rate (a few hundred keys, some poison values and some undecodable ones),
 and on a seeded schedule SIGKILLs a worker and starts it again at once — sometimes on a wiped state
 directory. After each restart the schedule waits until the group has committed a few hundred more records
@@ -13,7 +14,8 @@ the workers stop with SIGTERM and the topics are checked:
 
 * every decodable, non-poison input record's ``(partition, offset)`` is in the output at least once, under
   its key; every poison record is a ``processing`` dead letter, every undecodable one a
-  ``deserialization`` dead letter; nothing else is in either topic;
+  ``deserialization`` dead letter (or, with ``log_and_continue``, named by a worker's skip warning);
+  nothing else is in the output, the dead-letter topic or the warnings;
 * the final count per key (the changelog's last value, which is what a fresh instance restores, and the
   last output of the key) is at least the oracle's count over the input, and what it exceeds it by is
   explained by records processed twice.
@@ -68,11 +70,12 @@ class Run:
     seed: int
     poison_rate: float = 0.004
     undecodable_rate: float = 0.003
+    undecodable: str = "dead_letter"  # default.deserialization.exception.handler: dead_letter or log_and_continue
 
 
 RUNS = (Run("three-workers", workers=3, kills=8, standbys=0, seed=101),
         Run("three-workers-standbys", workers=3, kills=8, standbys=1, seed=202),
-        Run("two-workers-standbys", workers=2, kills=8, standbys=1, seed=303))
+        Run("two-workers-standbys", workers=2, kills=8, standbys=1, seed=303, undecodable="log_and_continue"))
 RECORDS_PER_S = 400
 PROGRESS = 200  # records the group commits after a restart before the next kill may come
 KILL_DELAY_S = (0.2, 1.5)  # then the kill comes after a random delay, mid-processing
@@ -95,6 +98,7 @@ class Outcome:
     duplicates: int = 0  # output emissions beyond the first per input record
     excess: int = 0  # final counts above the oracle's, summed over keys
     dead_letters: int = 0
+    skips: int = 0  # undecodable records skipped with a warning (log_and_continue), counted in the logs
     committed_at_kills: list[dict[int, int]] = field(default_factory=list)  # per input partition, at each kill
     produced_at_kills: list[dict[int, int]] = field(default_factory=list)  # end offsets acknowledged by then
     replaying_kills: int = 0  # kills after which records the victim had processed were processed again
@@ -123,7 +127,7 @@ class Workers:
                  "--set", f"state.dir={self.dir / f'state-{index}'}", "--set", "commit.interval.ms=200",
                  "--set", f"num.standby.replicas={self.run.standbys}",
                  "--set", "processing.exception.handler=dead_letter",
-                 "--set", "default.deserialization.exception.handler=dead_letter",
+                 "--set", f"default.deserialization.exception.handler={self.run.undecodable}",
                  *(arg for setting in SESSION for arg in ("--set", setting))],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1", "COUNT_INPUT": self.source, "COUNT_OUTPUT": self.sink,
@@ -139,6 +143,12 @@ class Workers:
         life = self.log(index).read_text(errors="replace").rsplit("=== test: starting worker", 1)[-1]
         states = STATE_CHANGE.findall(life)
         return bool(states) and states[-1] == "RUNNING"
+
+    def skipped(self) -> set[tuple[int, int]]:
+        """(partition, offset) of every record a worker's log says it skipped, over all its lives."""
+        skips = re.compile(rf"error at topic {re.escape(self.source)} partition (\d+) offset (\d+) skipped")
+        return {(int(p), int(o)) for i in range(len(self.processes))
+                for p, o in skips.findall(self.log(i).read_text(errors="replace"))}
 
     def settled(self) -> bool:
         """Whether every worker is RUNNING (the group formed, every task restored)."""
@@ -274,16 +284,16 @@ def inject_faults(run: Run, bootstrap: str, unique_name: str, tmp_path: Path) ->
         workers.stop()
     finally:
         workers.kill_all()
-    account(run, bootstrap, app_id, source, sink, feeder.produced, outcome)
+    account(run, bootstrap, app_id, source, sink, feeder.produced, workers.skipped(), outcome)
     if run.standbys:
         assert any("created standby task" in workers.log(i).read_text() for i in range(run.workers))
     return outcome
 
 
 def account(run: Run, bootstrap: str, app_id: str, source: str, sink: str, produced: int,
-            outcome: Outcome) -> None:
-    """Every input record is in the output or the dead-letter topic; the final counts are the oracle's,
-    plus at most what records processed twice explain."""
+            skipped: set[tuple[int, int]], outcome: Outcome) -> None:
+    """Every input record is in the output, the dead-letter topic or the workers' skip warnings; the final
+    counts are the oracle's, plus at most what records processed twice explain."""
     inputs = {(r.partition, r.offset): r for r in read_topic(bootstrap, source, Serdes.Bytes(), Serdes.Bytes(),
                                                                PARTITIONS)}
     assert len(inputs) == produced
@@ -304,7 +314,12 @@ def account(run: Run, bootstrap: str, app_id: str, source: str, sink: str, produ
         headers = error_headers(letter.headers)
         assert headers["source.topic"] == source, headers
         stages[headers["stage"]].add((int(headers["source.partition"]), int(headers["source.offset"])))
-    assert dict(stages) == {"processing": poison, "deserialization": undecodable}
+    if run.undecodable == "dead_letter":
+        assert dict(stages) == {"processing": poison, "deserialization": undecodable}
+        assert not skipped
+    else:
+        assert dict(stages) == {"processing": poison}
+        assert skipped == undecodable, f"skipped {sorted(skipped)[:5]}..., undecodable {sorted(undecodable)[:5]}..."
 
     oracle = collections.Counter(inputs[po].key.decode() for po in good)
     final = last_value_per_key(read_topic(bootstrap, changelog_topic(app_id, counting.STORE), Serdes.String(),
@@ -344,6 +359,7 @@ def account(run: Run, bootstrap: str, app_id: str, source: str, sink: str, produ
     outcome.duplicates = sum(extra_emissions.values())
     outcome.excess = sum(final[key] - oracle[key] for key in oracle)
     outcome.dead_letters = len(dead)
+    outcome.skips = len(skipped)
 
 
 def last_value_per_key(records: list[ConsumedRecord]) -> dict:
@@ -361,7 +377,7 @@ def test_random_sigkills_lose_no_record_and_counts_match_the_oracle(bootstrap: s
               f"{outcome.wipes} restarts on wiped state), "
               f"{outcome.replaying_kills} kills made records be processed again, {outcome.records} records, "
               f"{outcome.duplicates} duplicate outputs, {outcome.excess} counted twice, "
-              f"{outcome.dead_letters} dead letters, {outcome.unexplained_duplicates} duplicates no kill explains")
+              f"{outcome.dead_letters} dead letters, {outcome.skips} skips, {outcome.unexplained_duplicates} duplicates no kill explains")
     kills = sum(o.kills for o in outcomes)
     print(f"fault injection: {len(RUNS)} runs, {kills} kills survived, {sum(o.records for o in outcomes)} records "
           f"checked, {sum(o.duplicates for o in outcomes)} duplicates seen, "
