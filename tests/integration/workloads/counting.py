@@ -2,6 +2,8 @@
 every update with the input record's partition and offset, so a test can tell re-processed records.
 
 Topics come from the environment: ``COUNT_INPUT``, ``COUNT_OUTPUT``; ``COUNT_SLOW_MS`` slows each record.
+A record whose value is :data:`POISON` fails processing before it touches the store (what happens next is
+``processing.exception.handler``'s choice, e.g. a dead letter).
 """
 
 from __future__ import annotations
@@ -13,6 +15,11 @@ from streaming import Serdes, Stores, Topology
 from streaming.processor import Processor, ProcessorContext, Record
 
 STORE = "counts"
+POISON = "poison"
+
+
+class PoisonRecordError(ValueError):
+    """Raised for a record whose value is :data:`POISON`."""
 
 
 class CountProcessor(Processor[str, str]):
@@ -24,6 +31,8 @@ class CountProcessor(Processor[str, str]):
     def process(self, record: Record[str, str]) -> None:
         if self.slow:
             time.sleep(self.slow)
+        if record.value == POISON:
+            raise PoisonRecordError(f"poison record for key {record.key!r}")
         count = (self.store.get(record.key) or 0) + 1
         self.store.put(record.key, count)
         self.context.forward(record.with_value(
