@@ -9,7 +9,7 @@ are the plain aggregate; the changelog record's timestamp is the session end.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from streaming.state.window import LayeredStore
@@ -20,8 +20,6 @@ _END_START = struct.Struct(">qq")
 _SUFFIX = 16
 _MAX_TIME = (1 << 63) - 1
 
-SessionFlushListener = Callable[[Windowed, Any, Any, int, Any], None]
-
 
 def session_end_of(store_key: bytes) -> int:
     """The session end inside a session store's bytes key (the segmented store's timestamp)."""
@@ -31,20 +29,6 @@ def session_end_of(store_key: bytes) -> int:
 class TypedSessionStore(LayeredStore):
     """A session store (see the module doc). Sessions are ``Windowed(key, Window(start, end))`` with both
     ends inclusive record timestamps."""
-
-    def set_flush_listener(self, listener: SessionFlushListener, send_old_values: bool = False) -> bool:
-        """Forward flushed updates as ``listener(Windowed(key, session), new, old, timestamp, headers)``
-        (a removed session: ``new`` None); True if the store caches."""
-        caching = self._caching
-        if caching is None:
-            return False
-        windowed, value = self._windowed, self._value_of
-
-        def on_flush(raw: bytes, new: bytes | None, old: bytes | None, timestamp: int, headers: Any) -> None:
-            listener(windowed(raw), value(new), value(old), timestamp, headers)
-        caching.listener = on_flush
-        caching.send_old_values = send_old_values
-        return True
 
     def _windowed(self, raw: bytes) -> Windowed:
         end, start = _END_START.unpack_from(raw, len(raw) - _SUFFIX)

@@ -81,6 +81,29 @@ class LayeredStore(StateStore):
         self._store = store
         context.register(self)
 
+    def set_flush_listener(self, listener: WindowFlushListener, send_old_values: bool = False) -> bool:
+        """Forward flushed updates as ``listener(Windowed(key, window or session), new, old, timestamp,
+        headers)`` (a removed entry: ``new`` None); True if the store caches (the caller then must not
+        forward updates itself)."""
+        caching = self._caching
+        if caching is None:
+            return False
+        windowed, value = self._windowed, self._value_of
+
+        def on_flush(raw: bytes, new: bytes | None, old: bytes | None, timestamp: int, headers: Any) -> None:
+            listener(windowed(raw), value(new), value(old), timestamp, headers)
+        caching.listener = on_flush
+        caching.send_old_values = send_old_values
+        return True
+
+    def _windowed(self, raw: bytes) -> Windowed:
+        """The record key and window of a bytes key (each store lays its keys out in its own way)."""
+        raise NotImplementedError
+
+    def _value_of(self, data: bytes | None) -> Any:
+        """A value as the layers hold it, deserialized; None stays None."""
+        raise NotImplementedError
+
     @property
     def persistent(self) -> bool:
         return self.inner.persistent
@@ -166,20 +189,6 @@ class TimestampedTypedWindowStore(LayeredStore):
         self.window_size_ms = window_size_ms
         self.retain_duplicates = retain_duplicates
         self._seq = 0
-
-    def set_flush_listener(self, listener: WindowFlushListener, send_old_values: bool = False) -> bool:
-        """Forward flushed updates as ``listener(Windowed(key, window), new, old, timestamp, headers)``; True
-        if the store caches (the caller then must not forward updates itself)."""
-        caching = self._caching
-        if caching is None:
-            return False
-        windowed, value = self._windowed, self._value_of
-
-        def on_flush(raw: bytes, new: bytes | None, old: bytes | None, timestamp: int, headers: Any) -> None:
-            listener(windowed(raw), value(new), value(old), timestamp, headers)
-        caching.listener = on_flush
-        caching.send_old_values = send_old_values
-        return True
 
     def _windowed(self, raw: bytes) -> Windowed:
         start = _LONG.unpack_from(raw, len(raw) - _SUFFIX)[0]
