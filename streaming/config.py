@@ -127,6 +127,12 @@ def _optional_file(value: Any) -> str:
     return path
 
 
+def _instance_name(value: Any) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]{0,200}", value):
+        raise ValueError("expected letters, digits, '.', '_' or '-' (at most 200)")
+    return value
+
+
 def _host_port(value: Any) -> str:
     if value in ("", None):
         return ""
@@ -163,6 +169,10 @@ KEYS: dict[str, _Key] = {
     "max.task.idle.ms": _Key(_int(-1), 0),
     "buffered.records.per.partition": _Key(_int(1), 1000),
     "application.server": _Key(_host_port, ""),
+    # A name for this instance that stays the same across its restarts (a host name, a pod name). It makes
+    # the ids the instance's clients present stable: static membership (``group.instance.id``) and the
+    # transactional ids of ``exactly_once_v2``. Empty: the instance has no stable identity.
+    "instance.name": _Key(_instance_name, ""),
     # The interactive-query endpoint's security: HTTPS with this certificate and key (PEM files), a bearer
     # token every request must carry (a secret: use ${env:...} or ${file:...}), and the CA that the other
     # instances' certificates are checked against when KafkaStreams.query() asks them.
