@@ -5,7 +5,9 @@ Kafka Streams names its internal topics ``<application.id>-<store>-changelog``,
 ``<application.id>-<name>-repartition``, and a foreign-key join's
 ``<application.id>-<join>-subscription-registration-topic`` and
 ``<application.id>-<join>-subscription-response-topic``; Brook adds ``<application.id>-metadata``
-(interactive queries). ``assets/`` and ``bench/`` build these names from here, never by hand.
+(interactive queries), ``<application.id>-dlq`` (dead letters) and
+``<application.id>-<subtopology>-stream-time`` (the stream time of a stateful sub-topology's tasks, which
+Kafka Streams keeps in the offset commit's metadata only). ``assets/`` and ``bench/`` build these names from here, never by hand.
 
 A store name and an ``application.id`` become part of a topic name *and* of a directory under
 ``state.dir``, so both must be legal topic-name parts: letters, digits, ``.``, ``_`` and ``-``, and not
@@ -91,3 +93,20 @@ DEAD_LETTER_SUFFIX = "-dlq"
 def dead_letter_topic(application_id: str) -> str:
     """Where the ``dead_letter`` error handler writes records it skips: ``<application.id>-dlq``."""
     return f"{application_id}{DEAD_LETTER_SUFFIX}"
+
+
+STREAM_TIME_SUFFIX = "-stream-time"
+
+
+def stream_time_topic(application_id: str, subtopology: int) -> str:
+    """Where the tasks of a stateful sub-topology keep their stream time across restarts:
+    ``<application.id>-<subtopology>-stream-time`` (one partition per task, compacted, keyed by task id).
+    Not a ``-changelog``: it backs no store, so tools that derive changelogs from store names skip it."""
+    return f"{application_id}-{subtopology}{STREAM_TIME_SUFFIX}"
+
+
+def is_stream_time_topic(application_id: str, topic: str) -> bool:
+    """Whether ``topic`` is one of application ``application_id``'s stream-time topics."""
+    prefix = f"{application_id}-"
+    return topic.startswith(prefix) and topic.endswith(STREAM_TIME_SUFFIX) and \
+        topic[len(prefix):-len(STREAM_TIME_SUFFIX)].isdigit()

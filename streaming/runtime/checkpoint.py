@@ -1,7 +1,9 @@
 """The commit path: the one order in which a stream thread, the task manager and the test driver commit.
 
 1. **Stores and caches.** Every task flushes its stores (a cache forwards what it holds downstream, so
-   outputs and changelog writes reach the producer) and reports the offsets it processed.
+   outputs and changelog writes reach the producer), sends its partition times to its stream-time topic if
+   it keeps one, and reports the offsets it processed; each offset carries its partition's time as metadata
+   (:mod:`streaming.runtime.stream_time`).
 2. **Producer.** The collector waits until every output, changelog write and dead letter is acknowledged;
    a failed delivery goes to ``production.exception.handler`` or raises :class:`ProductionError` (then
    nothing is committed, and the input is read again: at-least-once).
@@ -27,8 +29,8 @@ def commit(tasks: Sequence[StreamTask], collector: RecordCollector) -> bool:
     uncommitted offsets, and whoever owns the partitions next re-reads from the last commit."""
     per_task = {task.id: task.prepare_commit() for task in tasks}
     collector.flush()
-    offsets = [TopicPartition(topic, partition, offset)
-               for task_offsets in per_task.values() for (topic, partition), offset in task_offsets.items()]
+    offsets = [TopicPartition(topic, partition, offset, metadata=task.offset_metadata((topic, partition)))
+               for task in tasks for (topic, partition), offset in per_task[task.id].items()]
     producer = collector.producer
     if not producer.commit(offsets):
         return False

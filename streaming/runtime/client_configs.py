@@ -35,6 +35,13 @@ def restore_consumer_config(consumer_config: Mapping[str, Any]) -> dict[str, Any
             "group.id": f"{consumer_config['group.id']}-restore"}
 
 
+def stream_time_reader_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The reader of the stream-time topics (by assign(), from the beginning to partition EOF, when tasks are
+    created): the restore consumer's settings, starting at the earliest offset."""
+    return {**restore_consumer_config(consumer_config), "auto.offset.reset": "earliest",
+            "group.id": f"{consumer_config['group.id']}-stream-time"}
+
+
 def global_consumer_config(consumer_config: Mapping[str, Any], application_id: str) -> dict[str, Any]:
     """The global consumer (every partition of the global topics, by assign(), nothing committed)."""
     return {**_without_group(consumer_config), "group.id": f"{application_id}-global",

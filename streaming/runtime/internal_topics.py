@@ -1,4 +1,5 @@
-"""InternalTopicManager: creates the topics the runtime owns — changelogs and repartition topics."""
+"""InternalTopicManager: creates the topics the runtime owns — changelogs, repartition topics, the stream-time
+topics of stateful sub-topologies and the dead-letter topic."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 from streaming.admin import TopicError, create_topics
 from streaming.errors import StreamsError
 from streaming.naming import changelog_topic, dead_letter_topic
+from streaming.runtime.stream_time import stream_time_topics
 from streaming.topology.nodes import SinkNodeDef
 from streaming.topology.topology import Topology
 
@@ -24,7 +26,8 @@ def internal_topic_partitions(topology: Topology, application_id: str, counts: d
     (see ``Topology.copartition``) gets the partition count of the group's external topics, or, when the
     group has only internal topics, the highest count among them; any other repartition topic gets the
     partition count of the sub-topology that writes it (the most partitions among that sub-topology's
-    sources). A changelog gets its sub-topology's task count, since changelog partition = task partition.
+    sources). A changelog gets its sub-topology's task count, since changelog partition = task partition;
+    so does a stateful sub-topology's stream-time topic (one partition per task).
     """
     known = dict(counts)
     subtopologies = topology.subtopologies()
@@ -66,6 +69,9 @@ def internal_topic_partitions(topology: Topology, application_id: str, counts: d
         for store in sub.stores:
             if builders[store].logging_enabled:
                 result[changelog_topic(application_id, store)] = max(known[t] for t in sub.source_topics)
+    for sub_id, topic in stream_time_topics(topology, application_id).items():
+        sub = next(sub for sub in subtopologies if sub.id == sub_id)
+        result[topic] = max(known[t] for t in sub.source_topics)
     return result
 
 
@@ -86,6 +92,8 @@ def create_internal_topics(topology: Topology, application_id: str, admin_config
             configs[topic] = {"cleanup.policy": "compact", **builder.log_config}
     for topic in topology.internal_topics:
         configs[topic] = {"cleanup.policy": "delete"}
+    for topic in stream_time_topics(topology, application_id).values():
+        configs[topic] = {"cleanup.policy": "compact"}  # keyed by task id: the last record per task is enough
     if dead_letters:
         configs[dead_letter_topic(application_id)] = {"cleanup.policy": "delete"}
     try:

@@ -13,13 +13,14 @@ Buffered = tuple[int, Any, Any, Any]
 class RecordQueue:
     """Decoded records of one input partition, in offset order."""
 
-    __slots__ = ("partition", "partition_time", "records", "topic")
+    __slots__ = ("partition", "partition_time", "processed_time", "records", "topic")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
         self.records: deque[Buffered] = deque()
-        self.partition_time = -1  # highest timestamp seen on this partition
+        self.partition_time = -1  # highest timestamp seen on this partition (buffered or processed)
+        self.processed_time = -1  # highest timestamp processed from it: what a commit records as partition time
 
 
 class PartitionGroup:

@@ -14,13 +14,14 @@ from confluent_kafka.admin import AdminClient
 from streaming.config import StreamsConfig
 from streaming.metrics.collector import TaskSample, ThreadSample
 from streaming.metrics.histogram import Histogram
-from streaming.naming import dead_letter_topic, store_of_changelog
+from streaming.naming import dead_letter_topic, is_stream_time_topic, store_of_changelog
 from streaming.runtime.changelog_reader import StateRestoreListener, StoreChangelogReader
 from streaming.runtime.dead_letters import DeadLetterWriter
 from streaming.runtime.error_handlers import configured_handlers
 from streaming.runtime.record_collector import KafkaRecordCollector
 from streaming.runtime.snapshots import SnapshotSource
 from streaming.runtime.state_directory import StateDirectory
+from streaming.runtime.stream_time import StreamTimeRecovery, stream_time_topics
 from streaming.runtime.streams_producer import streams_producer
 from streaming.runtime.task import StreamTask
 from streaming.runtime.task_manager import TaskManager, as_pairs
@@ -65,14 +66,17 @@ class StreamThread(threading.Thread):
         dlq = dead_letter_topic(config.application_id)
         self.collector = KafkaRecordCollector(
             lambda on_delivery_error: streams_producer(config, self.consumer, on_delivery_error), self.admin,
-            always_fail=lambda topic: topic == dlq or store_of_changelog(config.application_id, topic) is not None)
+            always_fail=lambda topic: topic == dlq or store_of_changelog(config.application_id, topic) is not None
+            or is_stream_time_topic(config.application_id, topic))
         self.errors = self.collector.errors = configured_handlers(
             config, DeadLetterWriter(config.application_id, dlq, self.collector.send))
         self.changelog_reader = StoreChangelogReader(
             config.consumer_config(), restore_listener, snapshots)
         self.tasks = TaskManager(topology, config, self.collector, wall_clock_ms, self.changelog_reader,
                                  partition_counts, directory=directory, hosts_standbys=hosts_standbys,
-                                 errors=self.errors)
+                                 errors=self.errors, stream_times=StreamTimeRecovery(
+                                     self.consumer.committed, config.consumer_config(),
+                                     stream_time_topics(topology, config.application_id)))
         self._offset_resets = self.tasks.offset_resets()
         self._cooperative = "cooperative" in config.consumer_config().get("partition.assignment.strategy", "")
         self._paused: set[tuple[str, int]] = set()

@@ -30,6 +30,7 @@ from streaming.runtime.partition_group import Buffered, PartitionGroup
 from streaming.runtime.punctuation import PunctuationQueue, PunctuationSchedule
 from streaming.runtime.record_collector import UNASSIGNED, RecordCollector
 from streaming.runtime.state_manager import ProcessorStateManager
+from streaming.runtime.stream_time import encode_offset_metadata, encode_record
 from streaming.state.bytes_store import StoreContext
 from streaming.state.caching import CacheBudget
 from streaming.state.changelogging import ChangeLogger
@@ -83,6 +84,10 @@ class StreamTask:
         self.clock = clock
         self.partitions: list[TopicPartition] = input_partitions or [(t, partition) for t in subtopology.source_topics]
         self.stream_time = -1
+        # Where this task keeps its partition times at each commit besides the offset metadata (set by the
+        # runtime for tasks with logged stores: streaming.runtime.stream_time); None: offset metadata only.
+        self.stream_time_topic: str | None = None
+        self._written_times: dict[TopicPartition, int] = {}
         self.dropped_records = 0  # records DSL operators skipped on purpose (null keys or values, late records)
         self.late_records = 0  # of those, records for windows already closed
         self.current: Any = None  # the input message being processed (None inside a punctuation)
@@ -318,6 +323,7 @@ class StreamTask:
                         break
                     timestamp, key, value, message = group.pop(queue)
                     self.current = message
+                    queue.processed_time = max(queue.processed_time, timestamp)
                     self.stream_time = max(self.stream_time, timestamp)
                     self.current_timestamp = timestamp
                     self._sources[queue.topic].emit(key, value, timestamp, message.headers())
@@ -433,13 +439,49 @@ class StreamTask:
                                    f"time {timestamp}: {exc!r}") from exc
         return queue.punctuate(now, fire)
 
+    # -- stream time across restarts (streaming.runtime.stream_time) ------------------------------------------
+    def partition_times(self) -> dict[TopicPartition, int]:
+        """The highest timestamp processed per input partition (-1: none yet)."""
+        if self.group is None:
+            return {self.partitions[0]: self.stream_time}
+        return {tp: queue.processed_time for tp, queue in self.group.queues.items()}
+
+    def initialize_stream_time(self, times: dict[TopicPartition, int]) -> None:
+        """Go on from the partition times of the last commit (before processing anything): stream time is the
+        highest of them, as in Kafka Streams' ``initializeTaskTime``."""
+        for tp, ts in times.items():
+            if self.group is not None and tp in self.group.queues:
+                queue = self.group.queues[tp]
+                queue.partition_time = max(queue.partition_time, ts)
+                queue.processed_time = max(queue.processed_time, ts)
+            self.stream_time = max(self.stream_time, ts)
+        self._written_times = self.partition_times()
+
+    def offset_metadata(self, tp: TopicPartition) -> str:
+        """The metadata committed with ``tp``'s offset: its partition time (as Kafka Streams encodes it)."""
+        partition_time = self.stream_time if self.group is None else self.group.queues[tp].processed_time
+        return encode_offset_metadata(partition_time)
+
+    def _write_stream_time(self) -> None:
+        """Send the partition times to the stream-time topic if they moved since the last write (the commit
+        then makes the record durable with the offsets: acknowledged first, or in the same transaction)."""
+        times = self.partition_times()
+        if times == self._written_times or max(times.values()) < 0:
+            return
+        self._collector.send(self.stream_time_topic, self.id.encode(), encode_record(times),  # type: ignore[arg-type]
+                             max(times.values()), None, self.partition)
+        self._written_times = times
+
     # -- commit and close -------------------------------------------------------------------------------------
     def prepare_commit(self) -> dict[TopicPartition, int]:
-        """Flush the stores; return the offsets processed since the last commit."""
+        """Flush the stores (and send the partition times to the stream-time topic, if the task keeps one);
+        return the offsets processed since the last commit (see :meth:`offset_metadata` for their metadata)."""
         for store in self.stores.values():
             store.flush()
         if self._skipped:
             self._cover_skipped()
+        if self.stream_time_topic is not None:
+            self._write_stream_time()
         return {tp: offset for tp, offset in self.consumed.items() if self._committed.get(tp) != offset}
 
     def post_commit(self, offsets: dict[TopicPartition, int]) -> None:

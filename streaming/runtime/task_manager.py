@@ -14,6 +14,7 @@ from streaming.runtime.changelog_reader import StoreChangelogReader
 from streaming.runtime.error_handlers import RecordErrorHandlers
 from streaming.runtime.record_collector import RecordCollector
 from streaming.runtime.state_directory import StateDirectory
+from streaming.runtime.stream_time import StreamTimeRecovery
 from streaming.runtime.task import StreamTask, TopicPartition, task_id_of
 from streaming.state.caching import cache_budget
 from streaming.topology.topology import Subtopology, Topology
@@ -29,13 +30,15 @@ class TaskManager:
     def __init__(self, topology: Topology, config: StreamsConfig, collector: RecordCollector,
                  clock: Callable[[], int], changelog_reader: StoreChangelogReader,
                  partition_counts: dict[str, int] | None = None, directory: StateDirectory | None = None,
-                 hosts_standbys: bool = True, errors: RecordErrorHandlers | None = None) -> None:
+                 hosts_standbys: bool = True, errors: RecordErrorHandlers | None = None,
+                 stream_times: StreamTimeRecovery | None = None) -> None:
         self._topology = topology
         self._config = config
         self._collector = collector
         self._clock = clock
         self._reader = changelog_reader
         self._errors = errors
+        self._stream_times = stream_times  # gives new tasks the stream time of their last commit
         self._directory = directory or StateDirectory()  # shared by the instance's stream threads
         self._cache_budget = cache_budget(config["statestore.cache.max.bytes"])
         self._subtopology_of: dict[str, Subtopology] = {
@@ -68,11 +71,13 @@ class TaskManager:
     def assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """Create tasks for newly assigned partitions (a task gets every partition of its number).
 
+        New tasks go on from the stream time of their last commit (:mod:`streaming.runtime.stream_time`).
         Returns the input partitions of the tasks that cannot process yet — restoring their stores, or
         waiting for their directory — so the caller pauses them until :meth:`restore` reports the task
         ready.
         """
         not_ready: list[TopicPartition] = []
+        created: list[StreamTask] = []
         wanted: dict[tuple[int, int], list[TopicPartition]] = {}
         for topic, partition in partitions:
             if (topic, partition) in self.task_of:
@@ -91,6 +96,10 @@ class TaskManager:
             self.tasks[task_id] = task
             for tp in tps:
                 self.task_of[tp] = task
+            created.append(task)
+        if self._stream_times is not None:
+            self._stream_times.recover(created)
+        for task in created:
             if not self._open(task):
                 not_ready.extend(task.partitions)
         self._place_standbys()

@@ -18,7 +18,8 @@ def test_a_stream_repartitioned_for_a_join_takes_the_tables_partition_count_not_
     users = builder.table("users", materialized="users")
     builder.stream("orders").select_key(lambda k, v: v["user"]).join(users, lambda o, u: o, name="enrich").to("out")
     assert sizes(builder, {"orders": 6, "users": 2, "out": 1}) == {
-        "app-enrich-left-repartition": 2, "app-users-changelog": 2}
+        "app-enrich-left-repartition": 2, "app-users-changelog": 2,
+        "app-0-stream-time": 2}  # a stateful sub-topology's stream time: a partition per task
 
 
 def test_orders_joined_with_users_then_repartitioned_by_item_and_joined_with_items() -> None:
@@ -29,7 +30,8 @@ def test_orders_joined_with_users_then_repartitioned_by_item_and_joined_with_ite
     (builder.stream("orders").join(users, lambda o, u: o, name="with-user")
      .select_key(lambda user, order: order["item"]).join(items, lambda o, i: o, name="with-item").to("out"))
     assert sizes(builder, {"orders": 3, "users": 3, "items": 5, "out": 1}) == {
-        "app-with-item-left-repartition": 5, "app-users-changelog": 3, "app-items-changelog": 5}
+        "app-with-item-left-repartition": 5, "app-users-changelog": 3, "app-items-changelog": 5,
+        "app-0-stream-time": 3, "app-1-stream-time": 5}
 
 
 def test_a_foreign_key_joins_topics_take_the_partition_counts_of_their_sides() -> None:
@@ -41,7 +43,7 @@ def test_a_foreign_key_joins_topics_take_the_partition_counts_of_their_sides() -
         "app-fk-subscription-registration-topic": 2,  # read with items: items' partitions
         "app-fk-subscription-response-topic": 3,  # read with orders
         "app-fk-subscription-store-changelog": 2, "app-items-changelog": 2,
-        "app-orders-changelog": 3, "app-lines-changelog": 3}
+        "app-orders-changelog": 3, "app-lines-changelog": 3, "app-0-stream-time": 3, "app-1-stream-time": 2}
 
 
 def test_a_group_of_internal_topics_only_takes_the_highest_count_among_them() -> None:
@@ -50,7 +52,8 @@ def test_a_group_of_internal_topics_only_takes_the_highest_count_among_them() ->
     views = builder.stream("views").group_by(lambda k, v: v["user"], name="views-by-user").count(materialized="v")
     clicks.join(views, lambda c, v: c + v)
     assert sizes(builder, {"clicks": 4, "views": 7}) == {
-        "app-by-user-repartition": 7, "app-views-by-user-repartition": 7, "app-c-changelog": 7, "app-v-changelog": 7}
+        "app-by-user-repartition": 7, "app-views-by-user-repartition": 7, "app-c-changelog": 7, "app-v-changelog": 7,
+        "app-1-stream-time": 7}
 
 
 def test_a_stream_stream_join_names_its_inputs_and_sizes_a_repartition_by_the_other_stream() -> None:

@@ -274,7 +274,7 @@ def test_repartition_topics_and_changelogs_are_sized_by_their_writers() -> None:
     topology = builder.build().bind(APP)
     sizes = internal_topic_partitions(topology, APP, {"orders": 6, "clicks": 3})
     assert sizes == {f"{APP}-by-region-repartition": 6, f"{APP}-counts-changelog": 6,
-                     f"{APP}-clicks-per-user-changelog": 3}
+                     f"{APP}-clicks-per-user-changelog": 3, f"{APP}-1-stream-time": 6, f"{APP}-2-stream-time": 3}
 
 
 def test_each_aggregation_of_an_unnamed_grouping_shares_one_repartition_topic() -> None:

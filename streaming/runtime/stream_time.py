@@ -1,0 +1,195 @@
+"""Stream time across restarts: where a task's partition times are kept at each commit, and read back when
+the task is created again (after a crash, a rebalance, or on another instance).
+
+Kafka Streams keeps each input partition's partition time (the highest timestamp processed from it) in the
+offset commit's metadata and, when a task starts, sets its partition times from the committed offsets'
+metadata (``StreamTask.initializeTaskTime``); the task's stream time is the highest of them. Without that, a
+restarted task rebuilds stream time from the records it replays, so a record that is late (behind a window's
+grace) but arrives first after the restart is counted instead of dropped, and may re-open a window whose
+final result was already emitted.
+
+Brook does the same (:func:`encode_offset_metadata`: a version byte and the time, base64, as Kafka Streams
+encodes it), and — because a broker may drop commit metadata (the embedded broker does: README, broker
+limits) — the tasks of every sub-topology with a logged store also write their partition times to
+``<application.id>-<subtopology>-stream-time`` (:func:`streaming.naming.stream_time_topic`: compacted, one
+partition per task, keyed by task id) at each commit, through the same producer as their changelog writes:
+under at-least-once the record is acknowledged before the offsets are committed, under exactly-once it is in
+the commit's transaction. A task starting again takes, per input partition, the highest of the two.
+
+Only tasks with logged state get the topic: stream time decides what they keep (windows, grace, suppression,
+join windows, stream-time punctuators over their stores); a stateless task has nothing that a wrong stream
+time could corrupt across a restart beyond what it forwards, and still gets the commit metadata where the
+broker keeps it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import struct
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from streaming.errors import StreamsError
+from streaming.naming import stream_time_topic
+from streaming.runtime.client_configs import stream_time_reader_config
+from streaming.topology.topology import Subtopology, Topology
+
+if TYPE_CHECKING:
+    from streaming.runtime.task import StreamTask
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+#: The first byte of the offset metadata (Kafka Streams' ``LATEST_MAGIC_BYTE``): version 1 is the time as a
+#: big-endian signed 64-bit integer after it.
+METADATA_VERSION = 1
+RECORD_VERSION = 1  # the stream-time topic's value format
+UNKNOWN = -1  # no time known for a partition (Kafka Streams' RecordQueue.UNKNOWN)
+
+
+def encode_offset_metadata(partition_time: int) -> str:
+    """The offset commit metadata for a partition whose partition time is ``partition_time``."""
+    return base64.b64encode(struct.pack(">bq", METADATA_VERSION, partition_time)).decode("ascii")
+
+
+def decode_offset_metadata(metadata: str | None, where: str) -> int:
+    """The partition time in a committed offset's ``metadata``; :data:`UNKNOWN` if there is none, or it is
+    of another version or unreadable (logged, naming ``where``: the task and partition)."""
+    if not metadata:
+        return UNKNOWN
+    try:
+        raw = base64.b64decode(metadata, validate=True)
+        version = raw[0]
+    except (ValueError, IndexError):
+        log.warning("%s: committed offset metadata %r is not a stream time; starting without it", where,
+                    metadata[:40])
+        return UNKNOWN
+    if version != METADATA_VERSION or len(raw) != 9:
+        log.warning("%s: committed offset metadata has version %d (%d bytes); this Brook reads version %d, "
+                    "starting without it", where, version, len(raw), METADATA_VERSION)
+        return UNKNOWN
+    return struct.unpack(">q", raw[1:])[0]
+
+
+def encode_record(times: dict[TP, int]) -> bytes:
+    """The stream-time topic's value for a task whose input partitions have ``times``."""
+    return json.dumps({"version": RECORD_VERSION, "partitions": [[t, p, ts] for (t, p), ts in sorted(times.items())]},
+                      separators=(",", ":")).encode()
+
+
+def decode_record(value: bytes | None, where: str) -> dict[TP, int]:
+    """Partition times from a stream-time topic value (``where``: its topic, partition and offset)."""
+    if value is None:
+        return {}
+    try:
+        data = json.loads(value)
+        if data.get("version") != RECORD_VERSION:
+            raise ValueError(f"version {data.get('version')!r}, this Brook reads {RECORD_VERSION}")
+        return {(str(topic), int(partition)): int(ts) for topic, partition, ts in data["partitions"]}
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise StreamsError(f"stream-time record at {where} is unreadable ({exc}): {value[:80]!r}") from exc
+
+
+def keeps_stream_time(topology: Topology, subtopology: Subtopology) -> bool:
+    """Whether the tasks of ``subtopology`` keep their stream time in a stream-time topic: they have a
+    logged store (state that outlives the task, and that stream time decides about)."""
+    builders = topology.store_builders
+    return any(builders[store].logging_enabled for store in subtopology.stores)
+
+
+def stream_time_topics(topology: Topology, application_id: str) -> dict[int, str]:
+    """The stream-time topic of every sub-topology that keeps one, by sub-topology id."""
+    return {sub.id: stream_time_topic(application_id, sub.id) for sub in topology.subtopologies()
+            if keeps_stream_time(topology, sub)}
+
+
+class StreamTimeRecovery:
+    """Gives newly created tasks the stream time they had at their last commit.
+
+    ``committed(partitions, timeout)`` is the main consumer's ``committed`` (the group's offsets with their
+    metadata). ``topics``: the stream-time topic per sub-topology id (:func:`stream_time_topics`).
+    """
+
+    def __init__(self, committed: Callable[..., list[TopicPartition]], consumer_config: dict[str, Any],
+                 topics: dict[int, str], timeout: float = 30.0) -> None:
+        self._committed = committed
+        self._reader_config = stream_time_reader_config(consumer_config)
+        self._topics = topics
+        self._timeout = timeout
+
+    def recover(self, tasks: Iterable[StreamTask]) -> None:
+        """Attach each task to its stream-time topic (if its sub-topology keeps one) and initialize its partition
+        times: per input partition, the highest of the committed offset's metadata and the stream-time topic."""
+        tasks = list(tasks)
+        if not tasks:
+            return
+        for task in tasks:
+            task.stream_time_topic = self._topics.get(task.subtopology.id)
+        from_metadata = self._read_metadata(tasks)
+        from_topics = self._read_topics([task for task in tasks if task.stream_time_topic is not None])
+        for task in tasks:
+            stored = from_topics.get(task.id, {})
+            times = {tp: max(from_metadata.get(tp, UNKNOWN), stored.get(tp, UNKNOWN)) for tp in task.partitions}
+            if any(ts != UNKNOWN for ts in times.values()):
+                task.initialize_stream_time(times)
+                log.info("task %s goes on from stream time %d (partition times %s; from the commit metadata: %s, "
+                         "from %s: %s)", task.id, max(times.values()), times,
+                         {tp: from_metadata[tp] for tp in task.partitions if tp in from_metadata},
+                         task.stream_time_topic, stored or "none")
+
+    def _read_metadata(self, tasks: list[StreamTask]) -> dict[TP, int]:
+        partitions = [tp for task in tasks for tp in task.partitions]
+        try:
+            committed = self._committed([TopicPartition(*tp) for tp in partitions], timeout=self._timeout)
+        except KafkaException as exc:
+            raise StreamsError(f"cannot read the committed offsets of {sorted(partitions)} to initialize the stream "
+                               f"time of tasks {sorted(task.id for task in tasks)}: {exc}") from exc
+        owner = {tp: task.id for task in tasks for tp in task.partitions}
+        times = {}
+        for tp in committed:
+            pair = (tp.topic, tp.partition)
+            if tp.offset >= 0:
+                times[pair] = decode_offset_metadata(tp.metadata, f"task {owner.get(pair)} {tp.topic}[{tp.partition}]")
+        return times
+
+    def _read_topics(self, tasks: list[StreamTask]) -> dict[str, dict[TP, int]]:
+        """Every record of the tasks' stream-time partitions (from the beginning to partition EOF, never
+        ListOffsets "latest"), merged per task id by the highest time per input partition."""
+        if not tasks:
+            return {}
+        wanted = {(task.stream_time_topic, task.partition): task for task in tasks}
+        ids = {task.id for task in tasks}
+        reader = Consumer(self._reader_config)
+        times: dict[str, dict[TP, int]] = {}
+        try:
+            reader.assign([TopicPartition(topic, partition, OFFSET_BEGINNING) for topic, partition in wanted])
+            pending = set(wanted)
+            deadline = time.monotonic() + self._timeout
+            while pending:
+                if time.monotonic() > deadline:
+                    raise StreamsError(f"cannot read the stream time of tasks {sorted(ids)}: no end of "
+                                       f"{sorted(pending)} within {self._timeout:.0f} s")
+                for message in reader.consume(10_000, 0.1):
+                    tp = (message.topic(), message.partition())
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            pending.discard(tp)
+                            continue
+                        raise StreamsError(f"cannot read the stream time of tasks {sorted(ids)} from "
+                                           f"{tp[0]}[{tp[1]}]: {error.str()}")
+                    task_id = message.key().decode() if message.key() is not None else None
+                    if task_id not in ids:
+                        continue
+                    record = decode_record(message.value(), f"{tp[0]}[{tp[1]}] offset {message.offset()}")
+                    merged = times.setdefault(task_id, {})
+                    for input_tp, ts in record.items():
+                        merged[input_tp] = max(merged.get(input_tp, UNKNOWN), ts)
+        finally:
+            reader.close()
+        return times
