@@ -16,6 +16,14 @@ partition per task, keyed by task id) at each commit, through the same producer 
 under at-least-once the record is acknowledged before the offsets are committed, under exactly-once it is in
 the commit's transaction. A task starting again takes, per input partition, the highest of the two.
 
+Each record also names the offsets its times belong to (the next offset of each partition, as the commit
+commits it). Under at-least-once the record is written before the offsets are committed, so a crash or a
+refused commit in between leaves a record ahead of the committed offsets; the records of the partition are
+read from the beginning, and only those at or before the committed offset count: the replayed records then
+meet the stream time they met the first time, as with Kafka Streams' metadata, which is atomic with the
+offset. (Where the broker compacts the topic, an ignored record may have replaced the one that counted;
+the commit metadata, kept by such a broker, still holds the time.)
+
 Only tasks with logged state get the topic: stream time decides what they keep (windows, grace, suppression,
 join windows, stream-time punctuators over their stores); a stateless task has nothing that a wrong stream
 time could corrupt across a restart beyond what it forwards, and still gets the commit metadata where the
@@ -76,23 +84,38 @@ def decode_offset_metadata(metadata: str | None, where: str) -> int:
     return struct.unpack(">q", raw[1:])[0]
 
 
-def encode_record(times: dict[TP, int]) -> bytes:
-    """The stream-time topic's value for a task whose input partitions have ``times``."""
-    return json.dumps({"version": RECORD_VERSION, "partitions": [[t, p, ts] for (t, p), ts in sorted(times.items())]},
+def encode_record(times: dict[TP, tuple[int, int]]) -> bytes:
+    """The stream-time topic's value: per input partition, its partition time and the next offset to read
+    (what the commit that writes the record commits)."""
+    return json.dumps({"version": RECORD_VERSION,
+                       "partitions": [[t, p, ts, offset] for (t, p), (ts, offset) in sorted(times.items())]},
                       separators=(",", ":")).encode()
 
 
-def decode_record(value: bytes | None, where: str) -> dict[TP, int]:
-    """Partition times from a stream-time topic value (``where``: its topic, partition and offset)."""
+def decode_record(value: bytes | None, where: str) -> dict[TP, tuple[int, int]]:
+    """``(partition time, next offset)`` per input partition from a stream-time topic value (``where``: its
+    topic, partition and offset)."""
     if value is None:
         return {}
     try:
         data = json.loads(value)
         if data.get("version") != RECORD_VERSION:
             raise ValueError(f"version {data.get('version')!r}, this Brook reads {RECORD_VERSION}")
-        return {(str(topic), int(partition)): int(ts) for topic, partition, ts in data["partitions"]}
+        return {(str(topic), int(partition)): (int(ts), int(offset))
+                for topic, partition, ts, offset in data["partitions"]}
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise StreamsError(f"stream-time record at {where} is unreadable ({exc}): {value[:80]!r}") from exc
+
+
+def time_at_offsets(records: Iterable[dict[TP, tuple[int, int]]], committed: dict[TP, int]) -> dict[TP, int]:
+    """Per input partition, the highest time among ``records`` written at or before its ``committed`` offset
+    (a record past it was written for a commit that did not happen)."""
+    times: dict[TP, int] = {}
+    for record in records:
+        for tp, (ts, offset) in record.items():
+            if tp in committed and offset <= committed[tp]:
+                times[tp] = max(times.get(tp, UNKNOWN), ts)
+    return times
 
 
 def keeps_stream_time(topology: Topology, subtopology: Subtopology) -> bool:
@@ -124,25 +147,31 @@ class StreamTimeRecovery:
 
     def recover(self, tasks: Iterable[StreamTask]) -> None:
         """Attach each task to its stream-time topic (if its sub-topology keeps one) and initialize its partition
-        times: per input partition, the highest of the committed offset's metadata and the stream-time topic."""
+        times: per input partition, the highest of the committed offset's metadata and the stream-time topic's
+        records at or before that offset."""
         tasks = list(tasks)
         if not tasks:
             return
+        started = time.monotonic()
         for task in tasks:
             task.stream_time_topic = self._topics.get(task.subtopology.id)
-        from_metadata = self._read_metadata(tasks)
-        from_topics = self._read_topics([task for task in tasks if task.stream_time_topic is not None])
+        offsets, from_metadata = self._read_committed(tasks)
+        records = self._read_topics([task for task in tasks if task.stream_time_topic is not None])
         for task in tasks:
-            stored = from_topics.get(task.id, {})
+            committed = {tp: offsets[tp] for tp in task.partitions if tp in offsets}
+            stored = time_at_offsets(records.get(task.id, []), committed)
             times = {tp: max(from_metadata.get(tp, UNKNOWN), stored.get(tp, UNKNOWN)) for tp in task.partitions}
+            task.initialize_stream_time(times, committed)
             if any(ts != UNKNOWN for ts in times.values()):
-                task.initialize_stream_time(times)
                 log.info("task %s goes on from stream time %d (partition times %s; from the commit metadata: %s, "
                          "from %s: %s)", task.id, max(times.values()), times,
-                         {tp: from_metadata[tp] for tp in task.partitions if tp in from_metadata},
+                         {tp: ts for tp, ts in from_metadata.items() if tp in committed},
                          task.stream_time_topic, stored or "none")
+        log.info("stream time of tasks %s read in %.0f ms", sorted(task.id for task in tasks),
+                 (time.monotonic() - started) * 1000)
 
-    def _read_metadata(self, tasks: list[StreamTask]) -> dict[TP, int]:
+    def _read_committed(self, tasks: list[StreamTask]) -> tuple[dict[TP, int], dict[TP, int]]:
+        """The group's committed offsets of the tasks' partitions, and the partition times in their metadata."""
         partitions = [tp for task in tasks for tp in task.partitions]
         try:
             committed = self._committed([TopicPartition(*tp) for tp in partitions], timeout=self._timeout)
@@ -150,22 +179,23 @@ class StreamTimeRecovery:
             raise StreamsError(f"cannot read the committed offsets of {sorted(partitions)} to initialize the stream "
                                f"time of tasks {sorted(task.id for task in tasks)}: {exc}") from exc
         owner = {tp: task.id for task in tasks for tp in task.partitions}
-        times = {}
+        offsets, times = {}, {}
         for tp in committed:
             pair = (tp.topic, tp.partition)
             if tp.offset >= 0:
+                offsets[pair] = tp.offset
                 times[pair] = decode_offset_metadata(tp.metadata, f"task {owner.get(pair)} {tp.topic}[{tp.partition}]")
-        return times
+        return offsets, times
 
-    def _read_topics(self, tasks: list[StreamTask]) -> dict[str, dict[TP, int]]:
-        """Every record of the tasks' stream-time partitions (from the beginning to partition EOF, never
-        ListOffsets "latest"), merged per task id by the highest time per input partition."""
+    def _read_topics(self, tasks: list[StreamTask]) -> dict[str, list[dict[TP, tuple[int, int]]]]:
+        """Every record of the tasks' stream-time partitions, per task id (read from the beginning to partition
+        EOF, never ListOffsets "latest")."""
         if not tasks:
             return {}
         wanted = {(task.stream_time_topic, task.partition): task for task in tasks}
         ids = {task.id for task in tasks}
         reader = Consumer(self._reader_config)
-        times: dict[str, dict[TP, int]] = {}
+        records: dict[str, list[dict[TP, tuple[int, int]]]] = {}
         try:
             reader.assign([TopicPartition(topic, partition, OFFSET_BEGINNING) for topic, partition in wanted])
             pending = set(wanted)
@@ -186,10 +216,8 @@ class StreamTimeRecovery:
                     task_id = message.key().decode() if message.key() is not None else None
                     if task_id not in ids:
                         continue
-                    record = decode_record(message.value(), f"{tp[0]}[{tp[1]}] offset {message.offset()}")
-                    merged = times.setdefault(task_id, {})
-                    for input_tp, ts in record.items():
-                        merged[input_tp] = max(merged.get(input_tp, UNKNOWN), ts)
+                    records.setdefault(task_id, []).append(
+                        decode_record(message.value(), f"{tp[0]}[{tp[1]}] offset {message.offset()}"))
         finally:
             reader.close()
-        return times
+        return records

@@ -446,9 +446,11 @@ class StreamTask:
             return {self.partitions[0]: self.stream_time}
         return {tp: queue.processed_time for tp, queue in self.group.queues.items()}
 
-    def initialize_stream_time(self, times: dict[TopicPartition, int]) -> None:
+    def initialize_stream_time(self, times: dict[TopicPartition, int], committed: dict[TopicPartition, int]) -> None:
         """Go on from the partition times of the last commit (before processing anything): stream time is the
-        highest of them, as in Kafka Streams' ``initializeTaskTime``."""
+        highest of them, as in Kafka Streams' ``initializeTaskTime``. ``committed``: the group's committed offsets
+        of the task's partitions (a stream-time record names the offsets its times belong to)."""
+        self._committed.update(committed)
         for tp, ts in times.items():
             if self.group is not None and tp in self.group.queues:
                 queue = self.group.queues[tp]
@@ -463,12 +465,15 @@ class StreamTask:
         return encode_offset_metadata(partition_time)
 
     def _write_stream_time(self) -> None:
-        """Send the partition times to the stream-time topic if they moved since the last write (the commit
-        then makes the record durable with the offsets: acknowledged first, or in the same transaction)."""
+        """Send the partition times to the stream-time topic if they moved since the last write, with the next
+        offset of each partition (the commit then makes the record durable with the offsets: acknowledged
+        first, or in the same transaction). Partitions with no offset yet are left out."""
         times = self.partition_times()
         if times == self._written_times or max(times.values()) < 0:
             return
-        self._collector.send(self.stream_time_topic, self.id.encode(), encode_record(times),  # type: ignore[arg-type]
+        at = {tp: (ts, self.consumed.get(tp, self._committed.get(tp))) for tp, ts in times.items()}
+        record = encode_record({tp: (ts, offset) for tp, (ts, offset) in at.items() if offset is not None})
+        self._collector.send(self.stream_time_topic, self.id.encode(), record,  # type: ignore[arg-type]
                              max(times.values()), None, self.partition)
         self._written_times = times
 
