@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-__all__ = ["Host", "HostNetwork", "NetworkSetupError", "unavailable_reason"]
+__all__ = ["Host", "HostNetwork", "NetworkSetupError", "remove_leftovers", "run_ip", "unavailable_reason"]
 
 SUBNET_PREFIX = "10.213"
 _NAMESPACE = re.compile(r"^brook-(\d+)-(\d+|probe)$")
@@ -46,7 +46,8 @@ class NetworkSetupError(RuntimeError):
     """An ``ip`` command failed while making or changing the test network (the message has its stderr)."""
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``ip ARGS`` (iproute2); with ``check``, a non-zero exit raises :class:`NetworkSetupError` with its stderr."""
     ip = shutil.which("ip")
     if ip is None:
         raise NetworkSetupError("the 'ip' command (iproute2) is not installed")
@@ -67,16 +68,16 @@ def unavailable_reason() -> str | None:
     probe = f"brook-{os.getpid()}-probe"
     bridge = f"bk{os.getpid()}p"
     try:
-        made = _ip("netns", "add", probe, check=False)
+        made = run_ip("netns", "add", probe, check=False)
         if made.returncode != 0:
             return f"cannot create a network namespace (needs root / CAP_SYS_ADMIN): {made.stderr.strip()}"
-        linked = _ip("link", "add", bridge, "type", "bridge", check=False)
+        linked = run_ip("link", "add", bridge, "type", "bridge", check=False)
         if linked.returncode != 0:
             return f"cannot create a bridge (needs CAP_NET_ADMIN): {linked.stderr.strip()}"
         return None
     finally:
-        _ip("link", "del", bridge, check=False)
-        _ip("netns", "del", probe, check=False)
+        run_ip("link", "del", bridge, check=False)
+        run_ip("netns", "del", probe, check=False)
 
 
 @dataclass(frozen=True)
@@ -106,25 +107,25 @@ def _pid_alive(pid: int) -> bool:
 def remove_leftovers() -> list[str]:
     """Delete the namespaces and links of earlier runs whose process is gone (a killed test run); their names."""
     removed = []
-    for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
+    for line in run_ip("-o", "link", "show", check=False).stdout.splitlines():
         parts = line.split(":", 2)
         name = parts[1].strip().split("@")[0] if len(parts) > 1 else ""
         match = _LINK.match(name)
         if match and not _pid_alive(int(match.group(1))):
-            _ip("link", "del", name, check=False)
+            run_ip("link", "del", name, check=False)
             removed.append(name)
-    for line in _ip("netns", "list", check=False).stdout.splitlines():
+    for line in run_ip("netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         match = _NAMESPACE.match(name)
         if match and not _pid_alive(int(match.group(1))):
-            _ip("netns", "del", name, check=False)
+            run_ip("netns", "del", name, check=False)
             removed.append(name)
     return removed
 
 
 def free_subnet(start: int) -> ipaddress.IPv4Network:
     """A ``10.213.X.0/24`` with no address or route of this machine in it, trying ``X`` from ``start`` on."""
-    used = _ip("-4", "-o", "addr", "show", check=False).stdout + _ip("-4", "route", "show", "table", "all",
+    used = run_ip("-4", "-o", "addr", "show", check=False).stdout + run_ip("-4", "route", "show", "table", "all",
                                                                       check=False).stdout
     for step in range(254):
         third = (start + step) % 254 + 1
@@ -159,17 +160,17 @@ class HostNetwork:
         remove_leftovers()
         try:
             self.subnet = free_subnet(os.getpid() % 254)
-            _ip("link", "add", self.bridge, "type", "bridge")
-            _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
-            _ip("link", "set", self.bridge, "up")
+            run_ip("link", "add", self.bridge, "type", "bridge")
+            run_ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+            run_ip("link", "set", self.bridge, "up")
             for n, (namespace, link) in enumerate(zip(self._namespaces, self._links, strict=True), start=1):
                 address = str(self.subnet.network_address + 10 + n)
-                _ip("netns", "add", namespace)
-                _ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", namespace)
-                _ip("link", "set", link, "master", self.bridge, "up")
-                _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
-                _ip("-n", namespace, "link", "set", "eth0", "up")
-                _ip("-n", namespace, "link", "set", "lo", "up")
+                run_ip("netns", "add", namespace)
+                run_ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", namespace)
+                run_ip("link", "set", link, "master", self.bridge, "up")
+                run_ip("-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
+                run_ip("-n", namespace, "link", "set", "eth0", "up")
+                run_ip("-n", namespace, "link", "set", "lo", "up")
                 self.hosts.append(Host(namespace, address, link))
         except BaseException:
             self.close()
@@ -178,19 +179,19 @@ class HostNetwork:
 
     def cut(self, host: Host) -> None:
         """Take ``host``'s link down: it can reach nothing and nothing reaches it (packets are dropped)."""
-        _ip("link", "set", host.link, "down")
+        run_ip("link", "set", host.link, "down")
 
     def restore(self, host: Host) -> None:
         """Bring ``host``'s link back up."""
-        _ip("link", "set", host.link, "up")
+        run_ip("link", "set", host.link, "up")
 
     def close(self) -> None:
         """Delete the veth pairs, the namespaces and the bridge (whatever of them exists)."""
         for link in self._links:
-            _ip("link", "del", link, check=False)
+            run_ip("link", "del", link, check=False)
         for namespace in self._namespaces:
-            _ip("netns", "del", namespace, check=False)
-        _ip("link", "del", self.bridge, check=False)
+            run_ip("netns", "del", namespace, check=False)
+        run_ip("link", "del", self.bridge, check=False)
         self.hosts = []
 
     def __enter__(self) -> Self:
