@@ -14,6 +14,10 @@ the network: no reset, no error, only silence) and :meth:`HostNetwork.restore` b
         worker = subprocess.Popen(network.hosts[0].command(sys.executable, "-m", ...))
         network.cut(network.hosts[0])
 
+The bridge's address is an address of this machine: other machines reach it only if they route
+``10.213.X.0/24`` here, so a server bound to it (the embedded broker, which has no authentication) is
+as private as the test's namespaces in practice, not by construction.
+
 Names carry the creating process's pid (``brook-<pid>-<n>`` namespaces, ``bk<pid>`` bridge,
 ``bk<pid>h<n>`` veth ends), so concurrent runs never collide; :meth:`HostNetwork.close` (also on an
 exception inside ``with``) deletes everything it made, and set-up first deletes what a killed run of
