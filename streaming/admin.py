@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -212,6 +213,47 @@ def delete_topics(
         if remaining <= 0:
             raise TopicError(f"topics {sorted(still)} were still listed {timeout:g} s after deletion")
         time.sleep(_POLL_INTERVAL)
+
+
+def read_to_end(
+    client_config: Mapping[str, Any],
+    starts: Iterable[tuple[str, int, int]],
+    *,
+    timeout: float | None = 30.0,
+) -> Iterator[Any]:
+    """Every record of each ``(topic, partition, start offset)`` from that offset to the partition's end, as
+    confluent-kafka messages (assigned, no group joined; ``client_config`` carries ``bootstrap.servers`` and any
+    security settings).
+
+    The end is the partition EOF, whose offset is the fetch's high watermark: right on every broker, unlike
+    ListOffsets "latest" on the embedded one.
+
+    Raises:
+        TopicError: a partition answers with an error, or (with a ``timeout``) does not reach its end in time.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    wanted = [TopicPartition(topic, partition, offset) for topic, partition, offset in starts]
+    consumer = Consumer({"logger": logging.getLogger("streaming.admin.rdkafka"), **client_config,
+                         "group.id": f"brook-reader-{uuid.uuid4().hex[:12]}", "enable.auto.commit": False,
+                         "enable.partition.eof": True, "fetch.wait.max.ms": 100, "fetch.queue.backoff.ms": 10})
+    consumer.assign(wanted)
+    left = {(tp.topic, tp.partition) for tp in wanted}
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while left:
+            if deadline is not None and time.monotonic() > deadline:
+                raise TopicError(f"partitions {sorted(left)} did not reach their end within {timeout:g} s")
+            for message in consumer.consume(10_000, 0.2):
+                error, tp = message.error(), (message.topic(), message.partition())
+                if error is None:
+                    yield message
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    left.discard(tp)
+                else:
+                    raise TopicError(f"reading {tp[0]}[{tp[1]}]: {error.str()}")
+    finally:
+        consumer.close()
 
 
 def watermarks(

@@ -18,9 +18,9 @@ import json
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Producer
 
-from streaming.admin import create_topics
+from streaming.admin import create_topics, read_to_end
 from streaming.cli.connection import BootstrapOption, ConfigOption, SetOption, client_config
 from streaming.naming import dead_letter_topic
 from streaming.runtime.cluster import cluster_metadata
@@ -60,26 +60,9 @@ def _matches(error: dict[str, str], filters: dict[str, str]) -> bool:
     return True
 
 
-def _read_to_end(settings: dict[str, Any], topic: str, partitions: list[int]) -> list[Any]:
-    """Every record of ``topic`` (assign, no group; until partition EOF on every partition)."""
-    consumer = Consumer({**settings, "group.id": "brook-dlq-read", "enable.auto.commit": False,
-                         "enable.partition.eof": True, "fetch.wait.max.ms": 100, "fetch.queue.backoff.ms": 10})
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-    records: list[Any] = []
-    at_end: set[int] = set()
-    try:
-        while len(at_end) < len(partitions):
-            for message in consumer.consume(500, 0.5):
-                error = message.error()
-                if error is None:
-                    records.append(message)
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(message.partition())
-                else:
-                    raise RuntimeError(f"reading {topic}[{message.partition()}]: {error.str()}")
-    finally:
-        consumer.close()
-    return records
+def _records(settings: dict[str, Any], topic: str, partitions: list[int]) -> list[Any]:
+    """Every record of ``topic``, from the beginning to its end."""
+    return list(read_to_end(settings, [(topic, p, OFFSET_BEGINNING) for p in partitions], timeout=None))
 
 
 def _target(error: dict[str, str], partitions: dict[str, int]) -> tuple[str, int]:
@@ -116,8 +99,8 @@ def replay(
                                  f"{application_id!r} never ran with a dead_letter handler", param_hint="APP")
     done = set()
     if ledger in partitions:
-        done = {m.key().decode() for m in _read_to_end(settings, ledger, list(range(partitions[ledger])))}
-    letters = _read_to_end(settings, dlq, list(range(partitions[dlq])))
+        done = {m.key().decode() for m in _records(settings, ledger, list(range(partitions[ledger])))}
+    letters = _records(settings, dlq, list(range(partitions[dlq])))
     chosen, replayed_before, not_matching = [], 0, 0
     for letter in letters:
         error = error_headers(letter.headers())

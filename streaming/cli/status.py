@@ -44,7 +44,9 @@ def status(
                        f" standby tasks {', '.join(assignment.standby_tasks) or '-'}")
     else:
         typer.echo("instances: none announced (instances announce only with application.server set)")
-    owners = {(topic, partition): host for host, a in instances.items()
+    # When two hosts claim a partition (one has not announced its loss yet: stopped, or cut off from the
+    # network), the later announcement wins, as in metadata_for_key: iterate oldest first.
+    owners = {(topic, partition): host for host, a in sorted(instances.items(), key=lambda item: item[1].offset)
               for topic, partitions in a.assignment.active.items() for partition in partitions}
     consumed = sorted({topic for topic, _ in committed} | {topic for topic, _ in owners}, key=lambda t: (
         t.endswith(REPARTITION_SUFFIX), t))  # inputs first, then repartition topics

@@ -146,7 +146,12 @@ class StreamThread(threading.Thread):
                     self._on_state(self, "RUNNING")
             else:
                 self.tasks.catch_up_standbys(max_records * 5)
-            messages = consume(max_records, 0 if self.tasks.restoring else poll_seconds)
+            # What is fetched already, at once; only when there is nothing, wait up to poll.ms for the first record.
+            # (consume(n, timeout) waits until it has n records or the timeout passed: at a low rate every batch
+            # would wait the whole poll.ms.)
+            messages = consume(max_records, 0)
+            if not messages and not self.tasks.restoring:
+                messages = consume(1, poll_seconds)
             started = time.perf_counter()
             if messages:
                 self._dispatch(messages, task_of)

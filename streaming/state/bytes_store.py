@@ -3,7 +3,7 @@
 
 A key-value store is built from the inside out::
 
-    TypedKeyValueStore          serdes, the public API       (streaming.state.keyvalue)
+    TypedKeyValueStore          serdes, the public API       (streaming.state.keyvalue, over streaming.state.layered)
       -> CachingBytesStore      record cache, optional       (streaming.state.caching)
         -> ChangeLoggingBytesStore  changelog, optional      (streaming.state.changelogging)
           -> RocksDBBytesStore | InMemoryBytesStore           (streaming.state.rocksdb / memory)

@@ -12,7 +12,7 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
-from streaming.state.window import LayeredStore
+from streaming.state.window import WindowedLayeredStore
 from streaming.windows.window import Window, Windowed
 
 _LONG = struct.Struct(">q")
@@ -26,16 +26,13 @@ def session_end_of(store_key: bytes) -> int:
     return _LONG.unpack_from(store_key, len(store_key) - _SUFFIX)[0]
 
 
-class TypedSessionStore(LayeredStore):
+class TypedSessionStore(WindowedLayeredStore):
     """A session store (see the module doc). Sessions are ``Windowed(key, Window(start, end))`` with both
     ends inclusive record timestamps."""
 
     def _windowed(self, raw: bytes) -> Windowed:
         end, start = _END_START.unpack_from(raw, len(raw) - _SUFFIX)
         return Windowed(self._kde(raw[:-_SUFFIX]), Window(start, end))
-
-    def _value_of(self, data: bytes | None) -> Any:
-        return None if data is None else self._vde(data)
 
     # -- writes ---------------------------------------------------------------------------------------------------
     def put(self, session: Windowed, aggregate: Any, headers: Any = None) -> None:
@@ -60,7 +57,7 @@ class TypedSessionStore(LayeredStore):
         """``key``'s sessions that end at or after ``earliest_session_end`` and start at or before
         ``latest_session_start`` (the sessions a record at ``t`` may touch: ``t - gap``, ``t + gap``),
         by end time. ``owner=True``: called by the stream thread that owns the store (see
-        :meth:`~streaming.state.window.LayeredStore.owned_scan`)."""
+        :meth:`~streaming.state.window.WindowedLayeredStore.owned_scan`)."""
         raw = self._key(key)
         return self._sessions(raw, raw, earliest_session_end, latest_session_start, owner)
 

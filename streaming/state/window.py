@@ -15,14 +15,13 @@ value with the timestamp as the record's, as for timestamped key-value stores.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from streaming.serdes import Serde
-from streaming.state.api import StateStore, ValueAndTimestamp
-from streaming.state.bytes_store import BytesStore, StoreContext, scan
-from streaming.state.caching import CachingBytesStore
-from streaming.state.changelogging import ChangeLoggingBytesStore
+from streaming.state.api import ValueAndTimestamp
+from streaming.state.bytes_store import BytesStore, scan
+from streaming.state.layered import LayeredStore, TimestampedValues
 from streaming.windows.window import Window, Windowed
 
 _LONG = struct.Struct(">q")
@@ -30,96 +29,31 @@ _START_SEQ = struct.Struct(">qi")
 _SUFFIX = 12  # window start + sequence number
 _MAX_TIME = (1 << 63) - 1
 
-# listener(windowed key, new, old, timestamp, headers): a cached store's flushed update.
-WindowFlushListener = Callable[[Windowed, Any, Any, int, Any], None]
-
 
 def window_start_of(store_key: bytes) -> int:
     """The window start inside a window store's bytes key (the segmented store's timestamp)."""
     return _LONG.unpack_from(store_key, len(store_key) - _SUFFIX)[0]
 
 
-class LayeredStore(StateStore):
-    """What window and session stores share with key-value stores: the layers over an inner store,
-    the serdes, flushing and restoring. ``timestamped`` stores keep an 8-byte timestamp before each value."""
-
-    timestamped = False
+class WindowedLayeredStore(LayeredStore):
+    """What window and session stores add to the layers: their keys are ``Windowed`` (each store lays its bytes
+    out in its own way: :meth:`_windowed`), and the stream thread's own keyed scans read back only the keys
+    written since the last flush (:meth:`owned_scan`)."""
 
     def __init__(self, name: str, inner: BytesStore, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,
                  logging_enabled: bool, caching_enabled: bool) -> None:
-        self.name = name
-        self.inner = inner
-        self.logging_enabled = logging_enabled
-        self.caching_enabled = caching_enabled
-        self._key_serde = key_serde
-        self._value_serde = value_serde
-        self._kser: Callable[[Any], bytes] = _unset
-        self._kde: Callable[[bytes], Any] = _unset
-        self._vser: Callable[[Any], bytes] = _unset
-        self._vde: Callable[[bytes], Any] = _unset
-        self._store: BytesStore = inner
-        self._logging: ChangeLoggingBytesStore | None = None
-        self._caching: CachingBytesStore | None = None
-        self._timestamp: Callable[[], int] = lambda: -1
+        super().__init__(name, inner, key_serde, value_serde, logging_enabled, caching_enabled)
         # Keys written since the last flush, by the record key's bytes: what the layers may still hold
         # unflushed. The stream thread's own keyed scans read these few back instead of copying every
         # layer's pending writes (see owned_scan).
         self._written: dict[bytes, set[bytes]] = {}
 
-    def init(self, context: StoreContext) -> None:
-        key_serde = self._key_serde or context.default_key_serde
-        value_serde = self._value_serde or context.default_value_serde
-        self._kser, self._kde = key_serde.serialize, key_serde.deserialize
-        self._vser, self._vde = value_serde.serialize, value_serde.deserialize
-        self._timestamp = context.timestamp
-        self.inner.open(context.store_dir)
-        store: BytesStore = self.inner
-        if self.logging_enabled and context.changelogger is not None:
-            store = self._logging = ChangeLoggingBytesStore(store, context.changelogger(self.name), self.timestamped)
-        if self.caching_enabled and context.cache_budget is not None:
-            store = self._caching = CachingBytesStore(store, context.cache_budget)
-        self._store = store
-        context.register(self)
-
-    def set_flush_listener(self, listener: WindowFlushListener, send_old_values: bool = False) -> bool:
-        """Forward flushed updates as ``listener(Windowed(key, window or session), new, old, timestamp,
-        headers)`` (a removed entry: ``new`` None); True if the store caches (the caller then must not
-        forward updates itself)."""
-        caching = self._caching
-        if caching is None:
-            return False
-        windowed, value = self._windowed, self._value_of
-
-        def on_flush(raw: bytes, new: bytes | None, old: bytes | None, timestamp: int, headers: Any) -> None:
-            listener(windowed(raw), value(new), value(old), timestamp, headers)
-        caching.listener = on_flush
-        caching.send_old_values = send_old_values
-        return True
-
     def _windowed(self, raw: bytes) -> Windowed:
-        """The record key and window of a bytes key (each store lays its keys out in its own way)."""
+        """The record key and window of a bytes key."""
         raise NotImplementedError
 
-    def _value_of(self, data: bytes | None) -> Any:
-        """A value as the layers hold it, deserialized; None stays None."""
-        raise NotImplementedError
-
-    @property
-    def persistent(self) -> bool:
-        return self.inner.persistent
-
-    @property
-    def is_open(self) -> bool:
-        return self.inner.is_open
-
-    @property
-    def changelog(self) -> Any:
-        return None if self._logging is None else self._logging.logger
-
-    def _key(self, key: Any) -> bytes:
-        if key is None:
-            raise ValueError(f"store {self.name!r}: keys may not be None")
-        return self._kser(key)
+    def _flushed_key(self, raw: bytes) -> Windowed:
+        return self._windowed(raw)
 
     def read_raw(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         """Serialized entries with keys in ``[lo, hi]``, every layer's pending writes included; never
@@ -150,37 +84,21 @@ class LayeredStore(StateStore):
         else:
             written.add(store_key)
 
-    def restore_batch(self, entries: list[Any]) -> None:
-        """Apply changelog records to the inner store directly: ``(key, value)``, or ``(key, value,
-        record timestamp)`` for timestamped stores."""
-        if self.timestamped:
-            pack = _LONG.pack
-            self.inner.write_batch([(key, None if value is None else pack(timestamp) + value)
-                                    for key, value, timestamp in entries])
-        else:
-            self.inner.write_batch(entries)
-
     def flush(self) -> None:
-        self._store.flush()
+        super().flush()
         self._written.clear()
 
     def close(self) -> None:
-        self._store.close()
+        super().close()
         self._written.clear()
 
 
-def _unset(data: Any) -> Any:
-    raise RuntimeError("the store is not initialized")
-
-
-class TimestampedTypedWindowStore(LayeredStore):
+class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
     """A window store (see the module doc). ``put(key, value, window_start)`` (None deletes) and
     ``fetch(key, window_start)`` address one window; ``fetch(key, time_from, time_to)``, ``fetch_range``,
     ``fetch_all`` and ``all`` scan by window start (both bounds inclusive). ``window_size_ms`` gives the
     end of the windows that scans return. With ``retain_duplicates`` every put adds an entry (join
     buffers), and a None value is ignored."""
-
-    timestamped = True
 
     def __init__(self, name: str, inner: BytesStore, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,
                  window_size_ms: int, retain_duplicates: bool = False, logging_enabled: bool = True,
@@ -193,9 +111,6 @@ class TimestampedTypedWindowStore(LayeredStore):
     def _windowed(self, raw: bytes) -> Windowed:
         start = _LONG.unpack_from(raw, len(raw) - _SUFFIX)[0]
         return Windowed(self._kde(raw[:-_SUFFIX]), Window(start, start + self.window_size_ms))
-
-    def _value_of(self, data: bytes | None) -> Any:
-        return None if data is None else self._vde(data[8:])
 
     # -- writes ---------------------------------------------------------------------------------------------------
     def put(self, key: Any, value: Any, window_start: int) -> None:

@@ -8,13 +8,13 @@ Completeness is judged by partition EOF at the fetched high watermark, never by 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
+from streaming.admin import read_to_end
 from streaming.serdes import Serde
 
 
@@ -96,33 +96,11 @@ def read_topic(bootstrap_servers: str, topic: str, key_serde: Serde[Any], value_
                client_config: dict[str, Any] | None = None) -> list[ConsumedRecord]:
     """Every record of ``topic`` from the beginning to partition EOF on all ``partitions``
     (``client_config``: extra settings, e.g. security)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"reader-{uuid.uuid4().hex}",
-                         "enable.partition.eof": True, "enable.auto.commit": False,
-                         "fetch.queue.backoff.ms": 10, **(client_config or {})})
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    records: list[ConsumedRecord] = []
-    at_end: set[int] = set()
-    deadline = time.monotonic() + timeout
-    try:
-        while len(at_end) < partitions:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic!r}: partitions {sorted(set(range(partitions)) - at_end)} "
-                                   f"did not reach their end within {timeout} s")
-            for message in consumer.consume(10_000, 0.2):
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        at_end.add(message.partition())
-                        continue
-                    raise RuntimeError(f"reading {topic!r}: {error}")
-                at_end.discard(message.partition())
-                records.append(ConsumedRecord(topic, message.partition(), message.offset(),
-                                              key_serde.deserialize(message.key()),
-                                              value_serde.deserialize(message.value()),
-                                              message.timestamp()[1], message.headers() or []))
-    finally:
-        consumer.close()
-    return records
+    settings = {"bootstrap.servers": bootstrap_servers, **(client_config or {})}
+    return [ConsumedRecord(topic, message.partition(), message.offset(), key_serde.deserialize(message.key()),
+                           value_serde.deserialize(message.value()), message.timestamp()[1], message.headers() or [])
+            for message in read_to_end(settings, [(topic, p, OFFSET_BEGINNING) for p in range(partitions)],
+                                       timeout=timeout)]
 
 
 def committed_offsets(bootstrap_servers: str, group: str, topic: str, partitions: int) -> dict[int, int]:
@@ -138,29 +116,8 @@ def committed_offsets(bootstrap_servers: str, group: str, topic: str, partitions
 def group_lag(bootstrap_servers: str, group: str, topic: str, partitions: int, timeout: float = 30.0) -> int:
     """Records of ``topic`` after the group's committed offsets, counted by reading to partition EOF."""
     committed = committed_offsets(bootstrap_servers, group, topic, partitions)
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"lag-{uuid.uuid4().hex}",
-                         "enable.partition.eof": True, "enable.auto.commit": False,
-                         "fetch.queue.backoff.ms": 10})
-    consumer.assign([TopicPartition(topic, p, committed[p] or OFFSET_BEGINNING) for p in range(partitions)])
-    lag = 0
-    at_end: set[int] = set()
-    deadline = time.monotonic() + timeout
-    try:
-        while len(at_end) < partitions:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"lag of {group!r} on {topic!r}: no partition EOF within {timeout} s")
-            for message in consumer.consume(10_000, 0.2):
-                error = message.error()
-                if error is None:
-                    lag += 1
-                    at_end.discard(message.partition())
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(message.partition())
-                else:
-                    raise RuntimeError(f"reading {topic!r}: {error}")
-    finally:
-        consumer.close()
-    return lag
+    starts = [(topic, p, committed[p] or OFFSET_BEGINNING) for p in range(partitions)]
+    return sum(1 for _ in read_to_end({"bootstrap.servers": bootstrap_servers}, starts, timeout=timeout))
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
