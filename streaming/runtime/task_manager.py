@@ -97,6 +97,7 @@ class TaskManager:
                 continue
             sub = self._subtopology_of[topic]
             wanted.setdefault((sub.id, partition), []).append((topic, partition))
+        self._close_outdated_suspended({task_id_of(*key) for key in wanted})
         for (sub_id, partition), tps in sorted(wanted.items()):
             task_id = task_id_of(sub_id, partition)
             existing = self.tasks.get(task_id)
@@ -118,6 +119,21 @@ class TaskManager:
             if not self._open(task):
                 not_ready.extend(task.partitions)
         return not_ready
+
+    def _close_outdated_suspended(self, task_ids: set[str]) -> None:
+        """Close the suspended tasks among ``task_ids`` whose changelogs grew since they were suspended: another
+        member owned them in between (the group went through generations this thread missed). Their checkpoint
+        (the ends noted at suspension) lets the new task restore just what was written meanwhile."""
+        noted = {task_id: self._suspended_ends[task_id] for task_id in task_ids & self.suspended.keys()}
+        logged = [tp for ends in noted.values() for tp in ends]
+        if not logged:
+            return
+        now = self._reader.end_offsets(logged)
+        for task_id, ends in noted.items():
+            if any(now[tp] != end for tp, end in ends.items()):
+                log.info("suspended task %s: its changelogs moved on since it was suspended (%s -> %s); it is "
+                         "closed and restores what was written meanwhile", task_id, ends, now)
+                self._close_suspended(self.suspended[task_id])
 
     def _resume(self, task: StreamTask) -> None:
         del self.suspended[task.id]
