@@ -312,7 +312,7 @@ class TaskManager:
         task.close()
         task.state.write_checkpoint(ends)
         self._directory.unlock(task.id, self)
-        log.info("closed suspended task %s (not reassigned to this thread)", task.id)
+        log.info("closed suspended task %s; its checkpoint covers its changelogs up to %s", task.id, ends)
 
     def shutdown(self) -> None:
         """Close every task cleanly (the worker is stopping)."""
