@@ -146,3 +146,32 @@ def test_stopping_closes_suspended_tasks(tmp_path: Path, events: list[tuple[str,
     assert manager.suspended == {}
     assert not task.stores["kept"].is_open
     assert directory.lock_active("0_0", object())
+
+
+class ChangelogEnds(StoreChangelogReader):
+    """The real reader, except that the changelogs' end offsets are the test's (a broker would be needed)."""
+
+    def __init__(self, consumer_config: dict[str, Any], ends: dict[tuple[str, int], int]) -> None:
+        super().__init__(consumer_config, None)
+        self.ends = ends
+
+    def end_offsets(self, tps: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int]:
+        return {tp: self.ends[tp] for tp in tps}
+
+
+def test_a_suspended_task_whose_changelog_moved_on_meanwhile_is_not_resumed(
+        tmp_path: Path, events: list[tuple[str, str]], directory: StateDirectory) -> None:
+    manager = manager_for(tmp_path, events, directory)
+    changelog = ("suspension-kept-changelog", 0)
+    ends: dict[tuple[str, int], int] = {}
+    manager._reader = ChangelogEnds(manager._config.consumer_config(), ends)
+    manager.assign([(TOPIC, 0)])
+    first = manager.tasks["0_0"]
+    manager.revoke([(TOPIC, 0)])
+    # What a logged store notes at suspension: its changelog ended at 5 (this store has no changelog itself).
+    manager._suspended_ends["0_0"] = {changelog: 5}
+    ends[changelog] = 9  # another member owned the task in between and wrote 4 records
+
+    manager.assign([(TOPIC, 0)])
+    assert manager.tasks["0_0"] is not first and not first.stores["kept"].is_open
+    assert manager.suspended == {}
