@@ -175,3 +175,33 @@ def test_a_suspended_task_whose_changelog_moved_on_meanwhile_is_not_resumed(
     manager.assign([(TOPIC, 0)])
     assert manager.tasks["0_0"] is not first and not first.stores["kept"].is_open
     assert manager.suspended == {}
+
+
+def test_a_task_that_loses_or_gains_one_of_its_partitions_is_rebuilt_committed(
+        tmp_path: Path, events: list[tuple[str, str]], directory: StateDirectory) -> None:
+    """Incremental (cooperative) assignments can take one partition of a two-topic task or give it back."""
+    collector = _DriverCollector()
+    other = "other-input"
+    topology = (
+        Topology()
+        .add_source("in", TOPIC, other, key_serde=Serdes.String(), value_serde=Serdes.String())
+        .add_processor("record", lambda: Recorder(events), "in")
+    )
+    config = StreamsConfig({"application.id": "suspension", "bootstrap.servers": "127.0.0.1:1",
+                            "state.dir": str(tmp_path)})
+    manager = TaskManager(topology, config, collector, lambda: 0,
+                          StoreChangelogReader(config.consumer_config(), None), directory=directory)
+    manager.assign([(TOPIC, 0), (other, 0)])
+    whole = manager.tasks["0_0"]
+    whole.consumed[(other, 0)] = 3
+
+    assert manager.revoke([(other, 0)]) == []  # the rest is rebuilt at once (no store to restore: ready)
+    half = manager.tasks["0_0"]
+    assert half.partitions == [(TOPIC, 0)] and manager.task_of == {(TOPIC, 0): half}
+    assert collector.producer.committed == {(other, 0): 3} and manager.suspended == {}
+    half.consumed[(TOPIC, 0)] = 8
+
+    manager.assign([(other, 0)])
+    rebuilt = manager.tasks["0_0"]
+    assert rebuilt is not half and sorted(rebuilt.partitions) == sorted([(other, 0), (TOPIC, 0)])
+    assert collector.producer.committed == {(other, 0): 3, (TOPIC, 0): 8}  # committed before the rebuild
