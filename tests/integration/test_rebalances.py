@@ -178,7 +178,7 @@ def test_eager_rebalance_resumes_the_tasks_that_stay_without_restoring(
         # Eager (range): every task of A was revoked — its processors closed — and those that stayed on A were
         # resumed: processors initialized again, and not one restore nor one changelog record read on A.
         assert cluster.events.since(mark, "a", "close") == ALL_TASKS
-        assert cluster.events.since(mark, "a", "init") == stayed
+        assert stayed <= cluster.events.since(mark, "a", "init")  # == unless the join took two rebalances
         assert a_restores.starts == {} and a_restores.records == {}
         # B restored the tasks it took, from the changelog A wrote (the listener sees restores).
         assert set(b_restores.starts) == {int(task.split("_")[1]) for task in moved}
