@@ -213,6 +213,10 @@ class StreamsConfig:
                 client, _, setting = key.partition(".")
                 if not setting:
                     raise ConfigError(f"config key '{key}' names no client setting")
+                if client == "consumer" and setting == "group.instance.id":
+                    raise ConfigError(f"config key '{key}' is set by the runtime, one per stream thread: set "
+                                      f"'instance.name' instead (group.instance.id = "
+                                      f"<application.id>-<instance.name>-<thread number>)")
                 if client == "consumer" and setting in CONSUMER_RESERVED:
                     raise ConfigError(f"config key '{key}' is set by the runtime and cannot be overridden")
                 self._clients[client][setting] = _client_value(raw)
@@ -297,6 +301,12 @@ class StreamsConfig:
         return {"bootstrap.servers": self["bootstrap.servers"], **CONSUMER_DEFAULTS, **self._security,
                 **self._clients["consumer"], "group.id": self.application_id,
                 "enable.auto.commit": "false", "enable.auto.offset.store": "false", "logger": RDKAFKA_LOGGER}
+
+    def group_instance_id(self, thread: int) -> str | None:
+        """Static group membership: the ``group.instance.id`` of stream thread ``thread`` (numbered from 1),
+        ``<application.id>-<instance.name>-<thread>``; None when ``instance.name`` is not set."""
+        name = self["instance.name"]
+        return f"{self.application_id}-{name}-{thread}" if name else None
 
     def producer_config(self) -> dict[str, Any]:
         """librdkafka settings of the producer."""

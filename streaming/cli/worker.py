@@ -83,6 +83,9 @@ def run(
         "--metrics-port", help="Serve Prometheus /metrics on this port (config key metrics.port; 0: off)")] = None,
     log_format: Annotated[str | None, typer.Option(
         "--log-format", envvar="BROOK_LOG_FORMAT", help="Log lines as text or json (one JSON object per line)")] = None,
+    instance_name: Annotated[str | None, typer.Option(
+        "--instance-name", help="A name this worker keeps across restarts (config key instance.name): static "
+                                "group membership, so a restart within session.timeout.ms keeps its tasks")] = None,
 ) -> None:
     """Run one worker: join the group, process, and stop cleanly on SIGTERM/SIGINT."""
     from streaming.runtime.kafka_streams import KafkaStreams, State
@@ -94,6 +97,8 @@ def run(
     settings = load_config(config, overrides or [])
     if metrics_port is not None:
         settings["metrics.port"] = metrics_port
+    if instance_name is not None:
+        settings["instance.name"] = instance_name
     try:
         streams = KafkaStreams(load_topology(topology), settings)
     except StreamsError as exc:

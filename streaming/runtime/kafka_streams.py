@@ -154,7 +154,8 @@ class KafkaStreams:
                 self._threads.append(StreamThread(f"{self.config.application_id}-StreamThread-{i + 1}", topology,
                                                   self.config, self._on_thread_state, self._restore_listener,
                                                   counts, directory=directory, hosts_standbys=i == 0,
-                                                  snapshots=self._snapshots))
+                                                  snapshots=self._snapshots,
+                                                  group_instance_id=self.config.group_instance_id(i + 1)))
         except BaseException:
             self._abort_start()
             raise

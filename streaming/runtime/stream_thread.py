@@ -54,7 +54,8 @@ class StreamThread(threading.Thread):
                  on_state: Callable[[StreamThread, str], None],
                  restore_listener: StateRestoreListener | None = None,
                  partition_counts: dict[str, int] | None = None, directory: StateDirectory | None = None,
-                 hosts_standbys: bool = True, snapshots: SnapshotSource | None = None) -> None:
+                 hosts_standbys: bool = True, snapshots: SnapshotSource | None = None,
+                 group_instance_id: str | None = None) -> None:
         super().__init__(name=name, daemon=True)
         self.config = config
         self._on_state = on_state
@@ -62,7 +63,8 @@ class StreamThread(threading.Thread):
         self._clean_shutdown = True
         self.exception: BaseException | None = None
         self.admin = AdminClient(config.admin_config())
-        self.consumer = Consumer(config.consumer_config())
+        static = {"group.instance.id": group_instance_id} if group_instance_id else {}  # static membership
+        self.consumer = Consumer({**config.consumer_config(), **static})
         dlq = dead_letter_topic(config.application_id)
         self.collector = KafkaRecordCollector(
             lambda on_delivery_error: streams_producer(config, self.consumer, on_delivery_error), self.admin,
@@ -396,10 +398,12 @@ class StreamThread(threading.Thread):
         self._on_state(self, "REBALANCING")
         pairs = as_pairs(partitions)
         self._paused.difference_update(pairs)
-        if self._clean_shutdown:
-            self.tasks.revoke(pairs)
-        else:
+        if not self._clean_shutdown:
             self.tasks.lose(pairs)
+            return
+        rebuilding = self.tasks.revoke(pairs)  # suspended; resumed or closed by the assignment that follows
+        if rebuilding:  # a task kept part of its partitions: no input for it until it is ready again
+            consumer.pause([TopicPartition(*tp) for tp in rebuilding])
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1

@@ -505,6 +505,26 @@ class StreamTask:
         self._flush_caches()
         self._close_processors(flush_after_each=True)
 
+    def drop_buffered(self) -> None:
+        """Forget input taken from the consumer but not processed (a suspended task: the consumer reads it
+        again from the committed offsets when the task comes back)."""
+        self.pending = []
+        self._skipped.clear()
+        if self.group is not None:
+            self.group.clear()
+
+    def resume(self) -> None:
+        """A suspended task comes back to this thread (Kafka Streams' SUSPENDED -> RUNNING): its stores stayed
+        open and hold exactly what was committed, so nothing is restored; the processors are built and
+        ``init``-ed again, with fresh punctuation schedules (``init`` schedules them anew)."""
+        self._emits.clear()
+        self._sources.clear()
+        self._stream_punctuations = PunctuationQueue()
+        self._wall_punctuations = PunctuationQueue()
+        self.commit_requested = False
+        self.initialized = False
+        self.initialize_topology()
+
     def _flush_caches(self) -> None:
         for store in self.stores.values():
             store.flush()

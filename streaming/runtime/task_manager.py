@@ -23,8 +23,15 @@ log = logging.getLogger(__name__)
 
 
 class TaskManager:
-    """Creates a task per (sub-topology, partition) of the assignment, commits them, and closes them on
-    revoke/loss. Commits follow :mod:`streaming.runtime.checkpoint` (stores, producer, offsets, checkpoints).
+    """Creates a task per (sub-topology, partition) of the assignment, commits them, suspends them on revoke,
+    and closes them on loss or when a rebalance gives them to someone else. Commits follow
+    :mod:`streaming.runtime.checkpoint` (stores, producer, offsets, checkpoints).
+
+    Revocation (Kafka Streams' ``handleRevocation``): the revoked tasks are committed and SUSPENDED — their
+    processors closed, their stores open, their directories still held. The assignment that ends the
+    rebalance (``handleAssignment``) resumes a suspended task it gives back, with no restore, and closes the
+    others cleanly (checkpoint written). An eager rebalance (``range``, ``roundrobin``) revokes every task,
+    so this is what keeps a task that stays on its instance from being closed and restored.
     """
 
     def __init__(self, topology: Topology, config: StreamsConfig, collector: RecordCollector,
@@ -45,6 +52,9 @@ class TaskManager:
             topic: sub for sub in topology.subtopologies() for topic in sub.source_topics}
         self.tasks: dict[str, StreamTask] = {}
         self.task_of: dict[TopicPartition, StreamTask] = {}
+        # Revoked, committed, processors closed, stores open, directory held: until the next assignment.
+        self.suspended: dict[str, StreamTask] = {}
+        self._suspended_ends: dict[str, dict[TopicPartition, int]] = {}  # their changelogs' ends when suspended
         self.standby: dict[str, StreamTask] = {}  # warm copies of other instances' tasks
         self._waiting: dict[str, StreamTask] = {}  # assigned, waiting for their directory (held by a standby)
         # One thread of an instance keeps its standby copies, of the tasks no thread of it runs.
@@ -69,13 +79,21 @@ class TaskManager:
 
     # -- assignment ------------------------------------------------------------------------------------
     def assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
-        """Create tasks for newly assigned partitions (a task gets every partition of its number).
+        """Take the partitions an assignment adds: resume the suspended tasks it gives back with the same
+        partitions (no restore), create tasks for the rest (a task gets every partition of its number), then
+        close cleanly the suspended tasks it did not give back (the rebalance is over: they moved away).
 
         New tasks go on from the stream time of their last commit (:mod:`streaming.runtime.stream_time`).
         Returns the input partitions of the tasks that cannot process yet — restoring their stores, or
         waiting for their directory — so the caller pauses them until :meth:`restore` reports the task
         ready.
         """
+        not_ready = self._assign(partitions)
+        self.close_suspended()
+        self._place_standbys()
+        return not_ready
+
+    def _assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         not_ready: list[TopicPartition] = []
         created: list[StreamTask] = []
         wanted: dict[tuple[int, int], list[TopicPartition]] = {}
@@ -84,12 +102,19 @@ class TaskManager:
                 continue
             sub = self._subtopology_of[topic]
             wanted.setdefault((sub.id, partition), []).append((topic, partition))
+        self._close_outdated_suspended({task_id_of(*key) for key in wanted})
         for (sub_id, partition), tps in sorted(wanted.items()):
             task_id = task_id_of(sub_id, partition)
-            existing = self.tasks.pop(task_id, None)
-            if existing is not None:  # a task gains a partition (cooperative assignment): rebuild it
+            existing = self.tasks.get(task_id)
+            if existing is not None:  # a task gains a partition (a cooperative assignment): rebuild it
                 tps = sorted(set(tps) | set(existing.partitions))
-                self._close(existing, clean=True)
+                self._close_clean([existing])  # committed and checkpointed: the rebuilt task restores no more
+            suspended = self.suspended.get(task_id)
+            if suspended is not None:
+                if sorted(suspended.partitions) == sorted(tps):
+                    self._resume(suspended)
+                    continue
+                self._close_suspended(suspended)  # back with other partitions: rebuilt from its checkpoint
             subtopology = self._subtopology_of[tps[0][0]]
             task = StreamTask(subtopology, partition, self._topology, self._config, self._collector, self._clock,
                               input_partitions=sorted(tps), cache_budget=self._cache_budget, errors=self._errors)
@@ -102,8 +127,31 @@ class TaskManager:
         for task in created:
             if not self._open(task):
                 not_ready.extend(task.partitions)
-        self._place_standbys()
         return not_ready
+
+    def _close_outdated_suspended(self, task_ids: set[str]) -> None:
+        """Close the suspended tasks among ``task_ids`` whose changelogs grew since they were suspended: another
+        member owned them in between (the group went through generations this thread missed). Their checkpoint
+        (the ends noted at suspension) lets the new task restore just what was written meanwhile."""
+        noted = {task_id: self._suspended_ends[task_id] for task_id in task_ids & self.suspended.keys()}
+        logged = [tp for ends in noted.values() for tp in ends]
+        if not logged:
+            return
+        now = self._reader.end_offsets(logged)
+        for task_id, ends in noted.items():
+            if any(now[tp] != end for tp, end in ends.items()):
+                log.info("suspended task %s: its changelogs moved on since it was suspended (%s -> %s); it is "
+                         "closed and restores what was written meanwhile", task_id, ends, now)
+                self._close_suspended(self.suspended[task_id])
+
+    def _resume(self, task: StreamTask) -> None:
+        del self.suspended[task.id]
+        del self._suspended_ends[task.id]
+        task.resume()
+        self.tasks[task.id] = task
+        for tp in task.partitions:
+            self.task_of[tp] = task
+        log.info("resumed suspended task %s for partitions %s (nothing to restore)", task.id, task.partitions)
 
     def _open(self, task: StreamTask) -> bool:
         """Open the task's stores once its directory is free, then start restoring them, or processing when
@@ -205,13 +253,80 @@ class TaskManager:
         self.commit_latency.observe(seconds)
         return True
 
-    def revoke(self, partitions: list[TopicPartition]) -> None:
-        """Close cleanly every task that owns one of ``partitions``."""
-        self._close_clean(self._owners(partitions))
+    def revoke(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Suspend every task that owns one of ``partitions`` (see the class docstring).
+
+        Running tasks: caches flushed and processors closed (``task.suspend``), committed, unprocessed
+        buffered input dropped (the consumer reads it again from the committed offsets if the task comes
+        back), and the changelog ends noted while this thread still owns the task: the checkpoint written if
+        it is closed later must not cover changelog records a new owner wrote meanwhile. A task still
+        restoring is closed, its restore progress checkpointed. If the commit fails (the group moved on),
+        the tasks are closed dirty, as on loss.
+
+        A task that keeps some of its partitions (an incremental revocation of part of a multi-partition
+        task) is rebuilt for the rest; their input partitions are returned for the caller to pause until
+        the rebuilt task is ready, as :meth:`assign` does.
+        """
+        owners = self._owners(partitions)
+        if not owners:
+            return []
+        revoked = set(partitions)
+        kept = [tp for task in owners for tp in task.partitions if tp not in revoked]
+        running = [task for task in owners if task.initialized]
+        self._close_restoring([task for task in owners if not task.initialized])
+        for task in running:
+            task.suspend()
+        if not self.commit(running):
+            log.warning("the commit on revocation of tasks %s was refused (the group moved on): closing them "
+                        "dirty; their next owner re-reads their input from the last commit",
+                        [task.id for task in running])
+            for task in running:
+                self._close(task, clean=False)
+                self._directory.unlock(task.id, self)
+            return self._assign(kept) if kept else []
+        logged = [tp for task in running for tp, store in task.state.changelogs.items() if store.persistent]
+        ends = self._reader.end_offsets(logged) if logged else {}
+        for task in running:
+            self.tasks.pop(task.id, None)
+            for tp in task.partitions:
+                self.task_of.pop(tp, None)
+            task.drop_buffered()
+            self.suspended[task.id] = task
+            self._suspended_ends[task.id] = {tp: ends[tp] for tp in task.state.changelogs if tp in ends}
+            log.info("suspended task %s (partitions %s revoked; committed, stores kept open)", task.id,
+                     task.partitions)
+        return self._assign(kept) if kept else []
+
+    def _close_restoring(self, tasks: list[StreamTask]) -> None:
+        """Close tasks that are restoring (or waiting for their directory), checkpointing how far each store
+        got, so that a restore of the same task on this instance continues from there."""
+        for task in tasks:
+            positions = self._reader.unregister(task.id)
+            opened = task.id not in self._waiting
+            self._close(task, clean=True)
+            if opened:
+                task.state.write_checkpoint(positions)
+                self._directory.unlock(task.id, self)
+
+    def close_suspended(self) -> None:
+        """Close cleanly the suspended tasks (the rebalance ended without giving them back)."""
+        for task in list(self.suspended.values()):
+            self._close_suspended(task)
+
+    def _close_suspended(self, task: StreamTask) -> None:
+        """Close a suspended task's stores (RocksDB flushes its memtables), then checkpoint the changelog ends
+        noted at suspension, then release its directory."""
+        del self.suspended[task.id]
+        ends = self._suspended_ends.pop(task.id)
+        task.close()
+        task.state.write_checkpoint(ends)
+        self._directory.unlock(task.id, self)
+        log.info("closed suspended task %s; its checkpoint covers its changelogs up to %s", task.id, ends)
 
     def shutdown(self) -> None:
         """Close every task cleanly (the worker is stopping)."""
         self._close_clean(list(self.tasks.values()))
+        self.close_suspended()
 
     def _close_clean(self, tasks: list[StreamTask]) -> None:
         """As Kafka Streams: flush caches and close the processors (``task.suspend``: cached results
@@ -257,6 +372,13 @@ class TaskManager:
     def close_all(self, clean: bool) -> None:
         for task in list(self.tasks.values()):
             self._close(task, clean)
+            self._directory.unlock(task.id, self)
+        if clean:
+            self.close_suspended()
+        for task in list(self.suspended.values()):  # not clean: no checkpoint (the next start restores)
+            del self.suspended[task.id]
+            del self._suspended_ends[task.id]
+            task.close()
             self._directory.unlock(task.id, self)
         self.close_standbys()
 
