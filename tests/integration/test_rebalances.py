@@ -215,7 +215,10 @@ def test_cooperative_sticky_moves_only_the_tasks_that_must_move(
         mark = cluster.events.mark()
         a_restores.reset()
         b.close(60)
-        wait_for(lambda: tasks_of(a) == ALL_TASKS and a.state is State.RUNNING, SETTLE_S,
+        # The returned tasks' processors initialize once their restore is done (the state may still read RUNNING
+        # for a moment after the assignment added them).
+        wait_for(lambda: tasks_of(a) == ALL_TASKS and a.state is State.RUNNING
+                 and cluster.events.since(mark, "a", "init") >= moved, SETTLE_S,
                  "B's tasks to come back to A after B left")
         # B leaving revokes nothing on A: A only gains B's tasks, restoring them from the checkpoints it wrote
         # when they moved away (only the changelog tail B wrote).
