@@ -307,10 +307,10 @@ class Worker:
     """A ``brook worker run`` of the counting app under exactly_once_v2, with its own log and state directory."""
 
     def __init__(self, name: str, bootstrap: str, app_id: str, source: str, sink: str, directory: Path,
-                 instance: str, slow_ms: int = 0) -> None:
+                 instance: str, slow_ms: int = 0, settings: dict[str, str] | None = None) -> None:
         self.name, self.log, self.state_dir = name, directory / f"{name}.log", directory / f"state-{name}"
         settings = {"bootstrap.servers": bootstrap, "application.id": app_id, "state.dir": str(self.state_dir),
-                    "instance.name": instance, **EOS, **SESSION}
+                    "instance.name": instance, **EOS, **SESSION, **(settings or {})}
         with self.log.open("ab") as log:
             log.write(f"=== test: starting worker {name}\n".encode())
             log.flush()
@@ -347,10 +347,11 @@ class Worker:
 def test_a_zombie_instance_is_fenced_and_its_output_never_committed(bootstrap: str, unique_name: str,
                                                                     tmp_path: Path) -> None:
     """Worker A (instance.name=x) is SIGSTOPped; worker B starts with the same instance.name, so the same
-    transactional id: its init_transactions fences A. B takes over and processes new input. A is continued:
-    it still believes it owns its tasks and processes what arrived meanwhile, but its transaction is fenced.
-    A closes its tasks dirty, wipes their state and stops; none of its output is committed, B's output and
-    counts are exactly the oracle's."""
+    transactional id: its init_transactions fences A. B takes over and processes new input. A is continued
+    while input keeps flowing: it finds its assignment lost (closing its tasks dirty and wiping them), rejoins
+    the group with its old producer and, at its first send, is fenced: it closes its tasks dirty again,
+    wipes their state and stops. None of its output is committed; the output and counts are exactly the
+    oracle's."""
     source, sink = f"{unique_name}-in", f"{unique_name}-out"
     create_topics(bootstrap, {source: PARTITIONS, sink: PARTITIONS})
     first = produce(bootstrap, source, keyed(500), Serdes.String(), Serdes.String())
@@ -365,8 +366,14 @@ def test_a_zombie_instance_is_fenced_and_its_output_never_committed(bootstrap: s
         second = produce(bootstrap, source, keyed(500, start=500), Serdes.String(), Serdes.String())
         wait_for(lambda: committed_offsets(bootstrap, unique_name, source, PARTITIONS) == second, 90,
                  "worker B to commit the second batch")
+        feeder = Feeder(bootstrap, source, rate=100, start=1000)
         a.process.send_signal(signal.SIGCONT)
-        assert a.process.wait(90) == 1, a.text()[-4000:]
+        feeder.start()
+        try:
+            assert a.process.wait(120) == 1, a.text()[-4000:]
+        finally:
+            feeder.stopping.set()
+            feeder.join(60)
         zombie = a.text()
         assert "was fenced" in zombie and "the thread stops" in zombie, zombie[-4000:]
         assert "wiped the local state of task" in zombie
@@ -374,9 +381,8 @@ def test_a_zombie_instance_is_fenced_and_its_output_never_committed(bootstrap: s
             if (a.state_dir / unique_name).exists() else []
         assert not leftovers, f"A's task state was not wiped: {leftovers}"
         assert b.process.poll() is None, b.text()[-4000:]
-        ends = produce(bootstrap, source, keyed(500, start=1000), Serdes.String(), Serdes.String())
-        wait_for(lambda: committed_offsets(bootstrap, unique_name, source, PARTITIONS) == ends, 90,
-                 "worker B to commit the third batch")
+        wait_for(lambda: committed_offsets(bootstrap, unique_name, source, PARTITIONS) == feeder.ends, 90,
+                 "worker B to commit everything")
         assert b.stop() == 0, b.text()[-4000:]
     finally:
         a.process.send_signal(signal.SIGCONT)
@@ -385,6 +391,8 @@ def test_a_zombie_instance_is_fenced_and_its_output_never_committed(bootstrap: s
             b.kill()
     print("zombie A: " + ("its assignment was lost first, then its producer was fenced" if "lost its partitions" in zombie
                           else "fenced while processing what arrived while it was stopped"))
+    fenced_at = zombie[zombie.index("was fenced") - 300:zombie.index("was fenced") + 200]
+    print(f"zombie A's fencing: ...{fenced_at}...")
     oracle = Oracle(bootstrap, source)
     output = read_committed(bootstrap, sink, Serdes.Json())
     emitted = emissions(output)
@@ -397,20 +405,25 @@ def test_a_zombie_instance_is_fenced_and_its_output_never_committed(bootstrap: s
 class Feeder(threading.Thread):
     """Produces keyed records at ~``rate`` per second until stopped; ``ends``: end offsets once joined."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: int = 300) -> None:
+    def __init__(self, bootstrap: str, topic: str, rate: int = 300, start: int = 0) -> None:
         super().__init__(daemon=True)
-        self.bootstrap, self.topic, self.rate = bootstrap, topic, rate
+        self.bootstrap, self.topic, self.rate, self.start_at = bootstrap, topic, rate, start
         self.stopping = threading.Event()
         self.ends: dict[int, int] = {}
 
     def run(self) -> None:
-        produced = 0
+        produced = self.start_at
         while not self.stopping.is_set():
             for partition, end in produce(self.bootstrap, self.topic, keyed(self.rate // 10, start=produced),
                                           Serdes.String(), Serdes.String()).items():
                 self.ends[partition] = max(self.ends.get(partition, 0), end)
             produced += self.rate // 10
             time.sleep(0.1)
+
+
+# 4 ms a record in batches of 100 while 300 records/s arrive: the worker is always mid-batch, so the kill lands
+# in a transaction whose outputs are on their way.
+BUSY = {"consumer.max.poll.records": "100"}
 
 
 @pytest.mark.slow
@@ -423,7 +436,7 @@ def test_a_worker_killed_mid_transaction_commits_nothing_and_its_restart_rereads
     source, sink = f"{unique_name}-in", f"{unique_name}-out"
     create_topics(bootstrap, {source: PARTITIONS, sink: PARTITIONS})
     feeder = Feeder(bootstrap, source)
-    worker = Worker("w", bootstrap, unique_name, source, sink, tmp_path, instance="w", slow_ms=2)
+    worker = Worker("w", bootstrap, unique_name, source, sink, tmp_path, instance="w", slow_ms=4, settings=BUSY)
     restarted: Worker | None = None
     try:
         feeder.start()
@@ -434,7 +447,7 @@ def test_a_worker_killed_mid_transaction_commits_nothing_and_its_restart_rereads
         at_kill = committed_offsets(bootstrap, unique_name, source, PARTITIONS)
         time.sleep(1.0)
         assert committed_offsets(bootstrap, unique_name, source, PARTITIONS) == at_kill
-        restarted = Worker("w", bootstrap, unique_name, source, sink, tmp_path, instance="w", slow_ms=2)
+        restarted = Worker("w", bootstrap, unique_name, source, sink, tmp_path, instance="w", slow_ms=4, settings=BUSY)
         wait_for(restarted.running, 90, "the restarted worker to restore and run")
         feeder.stopping.set()
         feeder.join(60)
