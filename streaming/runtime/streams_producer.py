@@ -46,7 +46,8 @@ class StreamsProducer(Protocol):
 
     def commit(self, offsets: list[TopicPartition]) -> bool:
         """Make everything sent since :meth:`begin` durable together with ``offsets`` (the next offsets to
-        read, per input partition). False if the group moved on (rebalance) and the offsets were refused."""
+        read, per input partition). False if the group moved on (rebalance) and the offsets were refused
+        (at-least-once); a transactional producer raises TaskMigratedError / TaskCorruptedError instead."""
         ...
 
     def close(self) -> None:
