@@ -109,6 +109,12 @@ def streams_producer(config: StreamsConfig, consumer: Consumer | None,
     """The producer ``processing.guarantee`` asks for: at-least-once, or under ``exactly_once_v2`` the
     transactional producer of stream thread ``thread_index`` (counted from 1; it names the transactional id)."""
     if config.exactly_once:
+        if not config["instance.name"] and thread_index == 1:
+            log.warning("processing.guarantee=exactly_once_v2 without instance.name: a restart of this instance "
+                        "cannot abort the transactions it leaves open when it dies, so read_committed readers of "
+                        "its partitions wait for transaction.timeout.ms (on the embedded broker, which never times "
+                        "transactions out: until a producer with the dead one's id initializes). Set "
+                        "instance.name to a name unique per live instance.")
         return TransactionalProducer(config.producer_config(), consumer, on_delivery_error,
                                      transactional_id(config, thread_index), config["bootstrap.servers"])
     return AtLeastOnceProducer(config.producer_config(), consumer, on_delivery_error)
