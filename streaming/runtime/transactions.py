@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -279,7 +280,9 @@ class TransactionalProducer:
     def _close_producer(self) -> None:
         try:
             self.producer.purge()
-            self.producer.close()
+            with warnings.catch_warnings():  # close() aborts an open transaction itself and warns when fenced
+                warnings.simplefilter("ignore", RuntimeWarning)
+                self.producer.close()
         except Exception:  # a fenced producer: nothing more to report
             log.debug("closing producer %r failed", self.transactional_id, exc_info=True)
 

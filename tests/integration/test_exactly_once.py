@@ -263,6 +263,47 @@ def test_an_aborted_transaction_commits_no_offsets_and_its_tasks_restore_from_ze
     oracle.check_state(bootstrap, unique_name, output)
 
 
+def test_a_fenced_instance_without_instance_name_rejoins_with_a_new_producer(
+        bootstrap: str, unique_name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Without instance.name no other process shares the transactional id, so a fencing means the broker
+    expired the producer (simulated here: a producer with the app's transactional id initializes). The
+    thread closes its tasks dirty, wipes them, takes a new producer, rejoins the group, restores from
+    changelog offset 0 and goes on; nothing is lost or output twice."""
+    caplog.set_level(logging.INFO, logger="streaming")
+    source, sink = f"{unique_name}-in", f"{unique_name}-out"
+    create_topics(bootstrap, {source: PARTITIONS, sink: PARTITIONS})
+    listener = RestoreStarts()
+    app = KafkaStreams(counting.topology(source, sink), {
+        "application.id": unique_name, "bootstrap.servers": bootstrap, "state.dir": str(tmp_path), **EOS})
+    app.set_global_state_restore_listener(listener)
+    app.start()
+    try:
+        first = produce(bootstrap, source, keyed(500), Serdes.String(), Serdes.String())
+        wait_for(lambda: committed_offsets(bootstrap, unique_name, source, PARTITIONS) == first, 90,
+                 "the first batch committed")
+        [transactional_id] = re.findall(r"transactional producer '([^']+)' initialized", caplog.text)
+        fencer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+        fencer.init_transactions(30)
+        ends = produce(bootstrap, source, keyed(500, start=500), Serdes.String(), Serdes.String())
+        wait_for(lambda: committed_offsets(bootstrap, unique_name, source, PARTITIONS) == ends, 90,
+                 "every input offset committed after the fencing")
+        assert app.state is State.RUNNING
+    finally:
+        assert app.close(30)
+    assert app.exception is None
+    assert "was fenced" in caplog.text and "takes a new producer and rejoins group" in caplog.text
+    assert re.findall(r"transactional producer '([^']+)' initialized", caplog.text) == [transactional_id] * 2
+    restarts = listener.starts[PARTITIONS:]
+    assert sorted(tp[1] for tp, _, _ in restarts) == list(range(PARTITIONS)), listener.starts
+    assert all(start == 0 and end > 0 for _, start, end in restarts), restarts
+    oracle = Oracle(bootstrap, source)
+    output = read_committed(bootstrap, sink, Serdes.Json())
+    emitted = emissions(output)
+    assert set(emitted) == set(oracle.key_of)
+    assert all(counts == [oracle.rank[po]] for po, counts in emitted.items())
+    oracle.check_state(bootstrap, unique_name, output)
+
+
 def test_restore_rebuilds_aborted_changelog_writes_on_a_broker_that_shows_them(
         bootstrap: str, unique_name: str, tmp_path: Path) -> None:
     """Measures what the README says: a changelog record written in an ABORTED transaction is restored into
