@@ -188,7 +188,8 @@ class StreamThread(threading.Thread):
           the producer): take a new producer and rejoin the group (Kafka Streams' TaskMigratedException).
         """
         producer = self.collector.producer
-        assert isinstance(producer, TransactionalProducer), f"{failure} without a transactional producer"
+        if not isinstance(producer, TransactionalProducer):  # raised by user code under at_least_once: fatal
+            raise failure
         partitions, task_ids = self._abandon_transaction()
         if isinstance(failure, TaskMigratedError) and self.config["instance.name"]:
             log.error("%s: %s. Another instance with instance.name=%r took over this instance's transactional id "
