@@ -191,6 +191,9 @@ class StreamThread(threading.Thread):
         if not isinstance(producer, TransactionalProducer):  # raised by user code under at_least_once: fatal
             raise failure
         partitions, task_ids = self._abandon_transaction()
+        if producer.fenced and not isinstance(failure, TaskMigratedError):
+            failure = TaskMigratedError(f"{failure}; the transaction could not be aborted either, so the producer is "
+                                        f"treated as fenced")
         if isinstance(failure, TaskMigratedError) and self.config["instance.name"]:
             log.error("%s: %s. Another instance with instance.name=%r took over this instance's transactional id "
                       "(this one was paused or cut off: a zombie); nothing of its open transaction is committed. "

@@ -175,8 +175,23 @@ class TransactionalProducer:
             error = kafka_error(exc)
             if error is not None and (error.fatal() or error.code() in FENCED_CODES or error.code() == KafkaError._STATE
                                       or error.txn_requires_abort()):
-                raise self._failed(exc, "a send") from exc
+                # "Erroneous state" says only that the transaction failed; why is in a delivery report not served
+                # yet (measured: a zombie's in-flight records fail with PRODUCER_FENCED, then produce() says _STATE)
+                self._serve_reports()
+                raise (self.failure or self._failed(exc, "a send")) from exc
             raise
+
+    def _serve_reports(self) -> None:
+        try:
+            self.producer.poll(0)
+        except (KafkaException, SystemError) as exc:
+            self.failure = self.failure or self._failed(exc, "poll")
+
+    @property
+    def fenced(self) -> bool:
+        """Whether this producer can no longer be used (fenced, fatal, or its transaction could not be aborted):
+        :meth:`renew` replaces it."""
+        return self._fenced
 
     def poll(self, timeout: float = 0) -> int:
         try:
@@ -200,6 +215,9 @@ class TransactionalProducer:
         """Begin the transaction the thread's next sends belong to."""
         if self._in_transaction:
             return
+        if self._fenced:
+            raise TaskMigratedError(f"transactional producer {self.transactional_id!r} cannot begin a transaction: it "
+                                    f"was fenced, or its last transaction could not be aborted")
         try:
             self.producer.begin_transaction()
         except KafkaException as exc:
@@ -224,7 +242,8 @@ class TransactionalProducer:
                                                           COMMIT_TIMEOUT_S)
             self._commit_transaction()
         except BaseException as exc:
-            failure = self._failed(exc, "commit")
+            self._serve_reports()  # a fencing may be known only from a delivery report
+            failure = self.failure if isinstance(self.failure, TaskMigratedError) else self._failed(exc, "commit")
             self.abort()
             raise failure from exc
         self._in_transaction = self._sent = False
@@ -257,8 +276,12 @@ class TransactionalProducer:
             if had_records:
                 log.info("transaction of producer %r aborted", self.transactional_id)
         except (KafkaException, SystemError) as exc:
-            log.info("transaction of producer %r not aborted by it (%s): the producer that fenced it, or the "
-                     "transaction timeout, aborts it", self.transactional_id, exc)
+            # Measured on the embedded broker: a fenced producer's abort waits out its whole timeout. Either way
+            # this producer cannot go on (a later call conflicts with the unfinished abort): treat it as fenced.
+            self._fenced = True
+            log.warning("transaction of producer %r could not be aborted by it (%s): the producer that fenced it, "
+                        "or the transaction timeout, aborts it; this producer is not used again",
+                        self.transactional_id, exc)
         finally:
             try:
                 self.producer.poll(0)  # serve the purged records' reports while they are known to be purged

@@ -505,26 +505,77 @@ def test_a_worker_killed_mid_transaction_commits_nothing_and_its_restart_rereads
     assert restores and all(start == "0" for _, _, start, _ in restores), restores
     assert any(int(end) > 0 for *_, end in restores), restores
 
+    account_for_an_abort(bootstrap, unique_name, source, sink, at_kill, "killed mid-transaction")
+
+
+def account_for_an_abort(bootstrap: str, app_id: str, source: str, sink: str, committed: dict[int, int],
+                         what: str) -> None:
+    """After a transaction was aborted at ``committed`` (the group's offsets then): every input record is
+    output; those before ``committed`` exactly once with their running count. A broker that hides aborted
+    records shows no duplicate and the oracle's counts; on one that does not, every visible duplicate lies at
+    or after ``committed`` (re-read from exactly there), and counts above the oracle's come only from
+    aborted changelog writes that the restore replayed, at most one per aborted output of the key."""
     oracle = Oracle(bootstrap, source)
     output = read_committed(bootstrap, sink, Serdes.Json())
     emitted = emissions(output)
     assert set(emitted) == set(oracle.key_of)
-    before = {po: counts for po, counts in emitted.items() if po[1] < at_kill.get(po[0], 0)}
+    before = {po: counts for po, counts in emitted.items() if po[1] < committed.get(po[0], 0)}
     assert all(counts == [oracle.rank[po]] for po, counts in before.items()), "committed work was output twice"
     duplicated = {po for po, counts in emitted.items() if len(counts) > 1}
     if hides_aborted_records(bootstrap):
         assert not duplicated
-        oracle.check_state(bootstrap, unique_name, output)
+        oracle.check_state(bootstrap, app_id, output)
         return
-    # Visible aborted outputs all lie after the committed offsets at the kill: re-read from exactly there.
-    assert all(po[1] >= at_kill.get(po[0], 0) for po in duplicated)
-    assert any(po[1] == at_kill.get(po[0], 0) for po in duplicated) or not duplicated
-    # The aborted transaction carried changelog writes only if the kill hit a commit between the store flush
-    # and the transaction's commit; restore then rebuilds them on this broker (README): bounded by the aborted
-    # outputs of the key.
-    final = last_per_key(read_committed(bootstrap, changelog_topic(unique_name, counting.STORE), Serdes.Long()))
+    assert all(po[1] >= committed.get(po[0], 0) for po in duplicated)
+    assert any(po[1] == committed.get(po[0], 0) for po in duplicated) or not duplicated
+    # The aborted transaction carried changelog writes only if it was cut during a commit, between the store
+    # flush and the transaction's commit; restore then rebuilds them on this broker (README).
+    final = last_per_key(read_committed(bootstrap, changelog_topic(app_id, counting.STORE), Serdes.Long()))
     aborted = collections.Counter(oracle.key_of[po] for po in duplicated)
     excess = {key: final[key] - count for key, count in oracle.counts.items() if final[key] != count}
     assert all(0 < extra <= aborted[key] for key, extra in excess.items()), (excess, aborted)
-    print(f"killed mid-transaction: {len(duplicated)} aborted outputs visible, counts above the oracle for "
-          f"{len(excess)} keys (aborted changelog writes restored)")
+    print(f"{what}: {len(duplicated)} aborted outputs visible, counts above the oracle for {len(excess)} keys "
+          f"(aborted changelog writes restored)")
+
+
+@pytest.mark.slow
+def test_a_zombie_paused_mid_transaction_is_fenced_and_its_transaction_never_committed(
+        bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    """As above, but A is SIGSTOPped mid-run, in a transaction with records on their way, while input keeps
+    flowing. B's init_transactions aborts A's open transaction; the group's offsets stay where A's last
+    committed transaction put them until B commits. When A is continued its next send or commit is fenced:
+    it closes its tasks dirty, wipes them and stops. Nothing A did after its last commit is committed."""
+    source, sink = f"{unique_name}-in", f"{unique_name}-out"
+    create_topics(bootstrap, {source: PARTITIONS, sink: PARTITIONS})
+    feeder = Feeder(bootstrap, source)
+    a = Worker("a", bootstrap, unique_name, source, sink, tmp_path, instance="x", slow_ms=4, settings=BUSY)
+    b: Worker | None = None
+    try:
+        feeder.start()
+        wait_for(lambda: a.running() and sum(committed_offsets(bootstrap, unique_name, source,
+                                                               PARTITIONS).values()) >= 600, 90,
+                 "worker A to commit 600 records")
+        a.process.send_signal(signal.SIGSTOP)
+        at_stop = committed_offsets(bootstrap, unique_name, source, PARTITIONS)
+        b = Worker("b", bootstrap, unique_name, source, sink, tmp_path, instance="x", slow_ms=4, settings=BUSY)
+        wait_for(lambda: b.running() and sum(committed_offsets(bootstrap, unique_name, source, PARTITIONS).values())
+                 >= sum(at_stop.values()) + 300, 90, "worker B to take over and commit 300 more records")
+        a.process.send_signal(signal.SIGCONT)
+        assert a.process.wait(120) == 1, a.text()[-4000:]
+        zombie = a.text()
+        assert "was fenced" in zombie and "the thread stops" in zombie, zombie[-4000:]
+        assert "wiped the local state of task" in zombie
+        feeder.stopping.set()
+        feeder.join(60)
+        wait_for(lambda: committed_offsets(bootstrap, unique_name, source, PARTITIONS) == feeder.ends, 120,
+                 "worker B to commit everything")
+        assert b.stop() == 0, b.text()[-4000:]
+    finally:
+        feeder.stopping.set()
+        a.process.send_signal(signal.SIGCONT)
+        a.kill()
+        if b is not None:
+            b.kill()
+    print(f"zombie A paused mid-transaction: fenced during {re.findall(r'was fenced during ([a-z_ ]+):', zombie)}, "
+          f"{'after' if 'lost its partitions' in zombie else 'before'} finding its assignment lost")
+    account_for_an_abort(bootstrap, unique_name, source, sink, at_stop, "zombie paused mid-transaction")

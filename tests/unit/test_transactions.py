@@ -36,6 +36,7 @@ class FakeProducer:
         self.config = config
         self.calls: list[str] = []
         self.offsets: list[TopicPartition] = []
+        self.reports: list[KafkaError] = []  # delivery reports the next poll serves
         FakeProducer.instances.append(self)
 
     def _call(self, name: str) -> None:
@@ -67,7 +68,10 @@ class FakeProducer:
         return 0
 
     def poll(self, timeout: float) -> int:
-        return 0
+        reports, self.reports = self.reports, []
+        for error in reports:
+            self.config["on_delivery"](error, object())
+        return len(reports)
 
     def purge(self) -> None:
         pass
@@ -242,3 +246,33 @@ def test_settings_that_break_exactly_once_are_refused_naming_the_key(key: str) -
              "consumer.isolation.level": "read_uncommitted"}[key]
     with pytest.raises(ConfigError, match=f"'{key}'.*exactly_once_v2"):
         StreamsConfig({**BASE, "processing.guarantee": "exactly_once_v2", key: value})
+
+
+def test_a_send_in_an_erroneous_state_is_fenced_when_a_pending_delivery_report_says_so(fake: type[FakeProducer]) -> None:
+    # measured on the embedded broker: a zombie's in-flight records fail with PRODUCER_FENCED (not fatal), and
+    # its next produce() only says "Erroneous state"
+    fake.fail = {"produce": [kafka_exception(KafkaError._STATE)]}
+    txn = producer()
+    txn.begin()
+    fake.instances[0].reports = [KafkaError(KafkaError.PRODUCER_FENCED)]
+    with pytest.raises(TaskMigratedError):
+        txn.produce("out", b"v", b"k")
+    assert txn.fenced
+
+
+def test_a_transaction_that_cannot_be_aborted_leaves_a_producer_that_is_not_used_again(fake: type[FakeProducer]) -> None:
+    # measured on the embedded broker: a fenced producer's abort_transaction waits out its timeout
+    fake.fail = {"commit_transaction": [kafka_exception(KafkaError._MSG_TIMED_OUT, abortable=True)],
+                 "abort_transaction": [kafka_exception(KafkaError._TIMED_OUT, retriable=True)]}
+    txn = producer()
+    txn.begin()
+    txn.produce("out", b"v", b"k")
+    with pytest.raises(TaskCorruptedError):
+        txn.commit(OFFSETS)
+    assert txn.fenced
+    with pytest.raises(TaskMigratedError):
+        txn.begin()
+    txn.renew()
+    assert not txn.fenced
+    txn.begin()
+    assert fake.instances[1].calls == ["init_transactions", "begin_transaction"]
