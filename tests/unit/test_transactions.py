@@ -117,6 +117,7 @@ def test_transactional_id_is_stable_with_an_instance_name_and_per_process_withou
     (kafka_exception(KafkaError._FENCED, fatal=True), TaskMigratedError),
     (kafka_exception(KafkaError._FENCED, abortable=True), TaskMigratedError),  # measured: send_offsets after fencing
     (kafka_exception(KafkaError.PRODUCER_FENCED), TaskMigratedError),
+    (kafka_exception(KafkaError._FATAL), TaskMigratedError),  # measured: produce() after a fatal error
     (kafka_exception(KafkaError.INVALID_PRODUCER_EPOCH, abortable=True), TaskMigratedError),
     (kafka_exception(KafkaError.ILLEGAL_GENERATION, abortable=True), TaskMigratedError),
     (kafka_exception(KafkaError.UNKNOWN_MEMBER_ID, abortable=True), TaskMigratedError),
@@ -193,7 +194,9 @@ def test_a_fenced_commit_raises_task_migrated_without_trying_to_abort(fake: type
         txn.commit(OFFSETS)
     assert "abort_transaction" not in fake.instances[0].calls
     txn.renew()  # a new producer of the same transactional id: init_transactions bumps the epoch
-    assert len(fake.instances) == 2 and fake.instances[0].calls[-1] == "close"
+    # the fenced producer is dropped, not closed: close() would abort first, which never returns on the embedded
+    # broker for a fenced producer (measured)
+    assert len(fake.instances) == 2 and "close" not in fake.instances[0].calls
     assert fake.instances[1].calls == ["init_transactions"]
 
 
