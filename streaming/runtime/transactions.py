@@ -33,7 +33,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from streaming.config import StreamsConfig
-from streaming.errors import StreamsError, TaskCorruptedError, TaskMigratedError
+from streaming.errors import ProductionError, StreamsError, TaskCorruptedError, TaskMigratedError
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,9 @@ class TransactionalProducer:
     metadata (``send_offsets_to_transaction``) and commits. Failures raise :class:`TaskMigratedError` or
     :class:`TaskCorruptedError` (see :func:`classify`), after aborting what can be aborted. ``renew()``
     replaces a fenced producer with a new one (same transactional id: ``init_transactions`` bumps the epoch).
-    Records an abort purged are not reported to ``on_delivery_error``; other failed deliveries are.
+    Records an abort purged are not reported; a record the broker rejected raises :class:`ProductionError` from
+    the next ``poll``/``flush`` (it fails the transaction, so no handler can skip it). ``on_delivery_error``
+    is kept for the :class:`StreamsProducer` signature: failed deliveries do not reach it.
     """
 
     def __init__(self, producer_config: dict[str, Any], consumer: Consumer | None,
@@ -166,7 +168,11 @@ class TransactionalProducer:
         if error.fatal() or error.code() in FENCED_CODES:
             self.failure = self.failure or self._failed(KafkaException(error), "a send")
             return
-        self._on_delivery_error(error, message)
+        # A record the broker rejected fails its whole transaction, and re-processing would fail it again: the
+        # thread stops (production.exception.handler sees the records the client refuses before sending).
+        self.failure = self.failure or ProductionError(
+            f"record to topic {message.topic()!r} partition {message.partition()} failed: {error.str()}; under "
+            f"processing.guarantee=exactly_once_v2 it fails its transaction, so it cannot be skipped or dead-lettered")
 
     def produce(self, *args: Any, **kwargs: Any) -> None:
         """confluent-kafka's ``produce``; a producer the broker fenced raises :class:`TaskMigratedError`."""
@@ -245,8 +251,11 @@ class TransactionalProducer:
             self._commit_transaction()
         except BaseException as exc:
             self._serve_reports()  # a fencing may be known only from a delivery report
-            failure = self.failure if isinstance(self.failure, TaskMigratedError) else self._failed(exc, "commit")
+            failure = self.failure if isinstance(self.failure, (TaskMigratedError, ProductionError)) \
+                else self._failed(exc, "commit")
             self.abort()
+            if failure is exc:
+                raise
             raise failure from exc
         self._in_transaction = self._sent = False
         return True

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streaming.config import StreamsConfig
-from streaming.errors import ConfigError, StreamsError, TaskCorruptedError, TaskMigratedError
+from streaming.errors import ConfigError, ProductionError, StreamsError, TaskCorruptedError, TaskMigratedError
 from streaming.runtime import transactions
 from streaming.runtime.client_configs import global_consumer_config, restore_consumer_config
 from streaming.runtime.transactions import PROCESS_ID, TransactionalProducer, classify, transactional_id
@@ -217,19 +217,36 @@ def test_a_send_on_a_fenced_producer_raises_task_migrated(fake: type[FakeProduce
         txn.produce("out", b"v", b"k")
 
 
+class Message:
+    def topic(self) -> str:
+        return "out"
+
+    def partition(self) -> int:
+        return 3
+
+
 def test_delivery_reports_purged_by_an_abort_are_dropped_and_fencing_surfaces_at_poll(fake: type[FakeProducer]) -> None:
     delivered: list[Any] = []
     txn = producer(delivery_errors=delivered)
-    record_error = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
-    txn._on_delivery(record_error, object())
-    assert delivered == [record_error]  # a record's own failure: the production handler decides
     txn._aborting = True
-    txn._on_delivery(KafkaError(KafkaError._PURGE_QUEUE), object())
+    txn._on_delivery(KafkaError(KafkaError._PURGE_QUEUE), Message())
     txn._aborting = False
-    assert delivered == [record_error]
-    txn._on_delivery(KafkaError(KafkaError._FENCED, fatal=True), object())
+    txn.poll(0)
+    txn._on_delivery(KafkaError(KafkaError._FENCED, fatal=True), Message())
     with pytest.raises(TaskMigratedError):
         txn.poll(0)
+    assert delivered == []
+
+
+def test_a_record_the_broker_rejects_fails_the_transaction_and_stops_the_thread(fake: type[FakeProducer]) -> None:
+    """Not TaskCorruptedError: re-processing would fail the same record again, for ever."""
+    txn = producer()
+    txn.begin()
+    txn.produce("out", b"v", b"k")
+    txn._on_delivery(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), Message())
+    with pytest.raises(ProductionError, match="topic 'out' partition 3.*exactly_once_v2"):
+        txn.commit(OFFSETS)
+    assert fake.instances[0].calls[-1] == "abort_transaction"
 
 
 def test_consumers_read_committed_under_exactly_once_and_uncommitted_otherwise() -> None:
