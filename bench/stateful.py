@@ -1422,7 +1422,8 @@ def _report(results: dict[str, Any]) -> str:
             f"brook: {'first RUNNING %.2fs, ' % running if running is not None else ''}"
             f"last input aggregated {C.fmt_float(b['processing'].get('last_input_processed_s'))}s, "
             f"offsets committed to the end {b['seconds']:.2f}s after start "
-            f"(commit.interval.ms={int(st['commit_interval_s'] * 1000)}), "
+            f"(commit.interval.ms="
+            f"{st['brook_extra_config'].get('commit.interval.ms', int(st['commit_interval_s'] * 1000))}), "
             f"close {C.fmt_float(b['report'].get('close_s'))}s; "
             f"{b['cpu_us_per_record']:.2f} us CPU/record"
         )
