@@ -17,6 +17,8 @@ from streaming.errors import ConfigError, ProductionError, StreamsError, TaskCor
 from streaming.runtime import transactions
 from streaming.runtime.client_configs import global_consumer_config, restore_consumer_config
 from streaming.runtime.transactions import PROCESS_ID, TransactionalProducer, classify, transactional_id
+from streaming.state.caching import CacheBudget, CachingBytesStore
+from streaming.state.memory import InMemoryBytesStore
 
 BASE = {"application.id": "app", "bootstrap.servers": "127.0.0.1:9092"}
 
@@ -296,3 +298,16 @@ def test_a_transaction_that_cannot_be_aborted_leaves_a_producer_that_is_not_used
     assert not txn.fenced
     txn.begin()
     assert fake.instances[1].calls == ["init_transactions", "begin_transaction"]
+
+
+def test_a_dirty_close_drops_the_cache_and_gives_its_bytes_back_to_the_thread_s_budget() -> None:
+    """After an aborted transaction the tasks close dirty: their cached writes must neither reach the store
+    nor keep holding the stream thread's cache budget (the re-created tasks share it)."""
+    budget = CacheBudget(1 << 20)
+    inner = InMemoryBytesStore("counts")
+    inner.open(None)
+    cached = CachingBytesStore(inner, budget)
+    cached.put(b"k", b"uncommitted", 1)
+    assert budget.used > 0
+    cached.close()
+    assert budget.used == 0 and len(cached.cache) == 0
