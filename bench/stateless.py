@@ -389,6 +389,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-verify", action="store_true",
                    help="skip reading back and checking every output record")
     p.add_argument("--strict", action="store_true", help="exit 3 when Brook is below the target ratio")
+    p.add_argument("--guarantee", choices=("at_least_once", "exactly_once_v2"), default="at_least_once",
+                   help="Brook's processing.guarantee (default at_least_once); the ceiling is the same either way")
+    p.add_argument("--brook-set", action="append", metavar="KEY=VALUE",
+                   help="extra Brook config, e.g. commit.interval.ms=100 (repeatable)")
     p.add_argument("--output", type=Path, help=f"results JSON (default bench/results/{NAME}.json)")
     args = p.parse_args(argv)
     if args.records < 1:
@@ -412,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
             "consumer": consumer,
             "producer": producer,
             "commit_interval_s": C.COMMIT_INTERVAL_S,
+            "guarantee": args.guarantee,
+            "brook_extra_config": C.parse_overrides(args.brook_set),
             "ceiling_batch": args.batch,
             "partitions": PARTITIONS,
             "keys": C.NUM_KEYS,
@@ -462,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
                 "batch": args.batch,
                 "commit_interval_s": C.COMMIT_INTERVAL_S,
                 "timeout": args.timeout,
-                "streams_config": brook_config(group_id, bootstrap, consumer, producer),
+                "streams_config": {**brook_config(group_id, bootstrap, consumer, producer, args.guarantee),
+                                   **C.parse_overrides(args.brook_set)},
             }
             print(f"running {side} ...", flush=True)
             try:
@@ -492,11 +499,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def brook_config(
-    app_id: str, bootstrap: str, consumer: dict[str, Any], producer: dict[str, Any]
+    app_id: str, bootstrap: str, consumer: dict[str, Any], producer: dict[str, Any],
+    guarantee: str = "at_least_once",
 ) -> dict[str, str]:
     return {
         "application.id": app_id,
         "bootstrap.servers": bootstrap,
+        "processing.guarantee": guarantee,
         "commit.interval.ms": str(int(C.COMMIT_INTERVAL_S * 1000)),
         **C.brook_client_settings(consumer, producer),
     }
@@ -577,7 +586,7 @@ def _report(results: dict[str, Any]) -> str:
         verdict = "MEETS" if ratio["total"] >= TARGET_RATIO else "BELOW"
         ff = ratio.get("from_first_output")
         lines.append(
-            f"Brook / ceiling: {ratio['total']:.2f} (total)"
+            f"Brook ({results['settings'].get('guarantee', 'at_least_once')}) / ceiling: {ratio['total']:.2f} (total)"
             + (f", {ff:.2f} (from first output)" if ff is not None else "")
             + f" -- {verdict} the target of {TARGET_RATIO:.2f}"
         )
@@ -597,7 +606,8 @@ def _report(results: dict[str, Any]) -> str:
         extra = f"first RUNNING {running:.2f}s, " if running is not None else ""
         lines.append(
             f"brook: {extra}offsets committed to the end {C.fmt_float(b.get('committed_caught_up_after_s'))}s "
-            f"after start (commit.interval.ms={int(C.COMMIT_INTERVAL_S * 1000)}), "
+            f"after start (commit.interval.ms="
+            f"{results['settings']['brook_extra_config'].get('commit.interval.ms', int(C.COMMIT_INTERVAL_S * 1000))}), "
             f"close {C.fmt_float(b.get('report', {}).get('close_s'))}s"
         )
     for name in ("ceiling", "brook"):

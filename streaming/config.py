@@ -236,7 +236,22 @@ class StreamsConfig:
                               "together: HTTPS needs both the certificate and its key")
         if self._values["commit.interval.ms"] is None:
             self._values["commit.interval.ms"] = 100 if self.exactly_once else 30000
+        if self.exactly_once:
+            self._check_exactly_once_settings()
         self._check_client_settings()
+
+    def _check_exactly_once_settings(self) -> None:
+        """Client settings that would break ``exactly_once_v2`` are refused, naming the key."""
+        owned = {("producer", "transactional.id"): "set by the runtime per stream thread (from application.id, "
+                                                    "instance.name and the thread index)",
+                 ("producer", "enable.idempotence"): "transactions need an idempotent producer",
+                 ("consumer", "isolation.level"): "the runtime's consumers read only committed records"}
+        required = {("producer", "enable.idempotence"): "true", ("consumer", "isolation.level"): "read_committed"}
+        for (client, setting), why in owned.items():
+            value = self._clients[client].get(setting)
+            if value is not None and value != required.get((client, setting)):
+                raise ConfigError(f"config key '{client}.{setting}'={value!r} cannot be used with "
+                                  f"processing.guarantee=exactly_once_v2: {why}")
 
     def _check_client_settings(self) -> None:
         """Build each client once, unconnected, so librdkafka judges every pass-through setting now (an
@@ -297,9 +312,13 @@ class StreamsConfig:
 
     def consumer_config(self) -> dict[str, Any]:
         """librdkafka settings of the main consumer (group id = application.id); its logs go to
-        ``streaming.rdkafka`` (repeats held back)."""
-        return {"bootstrap.servers": self["bootstrap.servers"], **CONSUMER_DEFAULTS, **self._security,
-                **self._clients["consumer"], "group.id": self.application_id,
+        ``streaming.rdkafka`` (repeats held back). Every other consumer of the runtime (restore, standby,
+        global) derives from these, so ``isolation.level`` is the same for all: ``read_committed`` under
+        ``exactly_once_v2``, ``read_uncommitted`` otherwise (Kafka Streams' choice; librdkafka's own default
+        would be read_committed)."""
+        isolation = "read_committed" if self.exactly_once else "read_uncommitted"
+        return {"bootstrap.servers": self["bootstrap.servers"], **CONSUMER_DEFAULTS, "isolation.level": isolation,
+                **self._security, **self._clients["consumer"], "group.id": self.application_id,
                 "enable.auto.commit": "false", "enable.auto.offset.store": "false", "logger": RDKAFKA_LOGGER}
 
     def group_instance_id(self, thread: int) -> str | None:

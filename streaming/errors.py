@@ -47,7 +47,13 @@ class ProductionError(StreamsError):
 
 
 class TaskMigratedError(StreamsError):
-    """The task's partitions were lost to another instance (fenced or revoked)."""
+    """The task's partitions were lost to another instance: its transactional producer was fenced, or the
+    group refused its offsets (Kafka Streams' TaskMigratedException). Its open transaction is not committed."""
+
+
+class TaskCorruptedError(StreamsError):
+    """Exactly-once: a transaction failed and was aborted, so the tasks' local state holds writes that never
+    became visible; they are closed dirty, wiped and restored (Kafka Streams' TaskCorruptedException)."""
 
 
 class InvalidStateStoreError(StreamsError):

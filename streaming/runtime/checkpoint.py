@@ -8,10 +8,15 @@
    a failed delivery goes to ``production.exception.handler`` or raises :class:`ProductionError` (then
    nothing is committed, and the input is read again: at-least-once).
 3. **Offsets.** The producer commits the offsets (:meth:`StreamsProducer.commit`: to the consumer group
-   under at-least-once; with the transaction under exactly-once), then starts the next unit of work.
-4. **Checkpoint files.** When tasks close cleanly, after their stores closed (RocksDB flushed its
+   under at-least-once; with the transaction under exactly-once, where every task of the thread commits
+   together because they share the transaction), then starts the next unit of work. Under exactly-once a
+   transaction that cannot commit is aborted and :class:`~streaming.errors.TaskMigratedError` or
+   :class:`~streaming.errors.TaskCorruptedError` is raised: the stream thread closes its tasks dirty and
+   wipes their state (:meth:`StreamThread._recover_transaction`), so no checkpoint is written for them.
+4. **Checkpoint files.** Only when tasks close cleanly, after their stores closed (RocksDB flushed its
    memtables), each writes the changelog offsets its local state covers (:func:`write_checkpoints`), so
-   a restart restores only the changelog's tail.
+   a restart restores only the changelog's tail. A task that opens without a checkpoint wipes its
+   persistent logged stores and restores them from the changelog (a crash, or a dirty close, leaves none).
 """
 
 from __future__ import annotations

@@ -72,9 +72,6 @@ class KafkaStreams:
 
     def __init__(self, topology: Topology, config: Mapping[str, Any]) -> None:
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
-        if self.config.exactly_once:
-            raise ConfigError("config key 'processing.guarantee': exactly_once_v2 is not available yet "
-                              "(it arrives with the fault-tolerance work); use at_least_once")
         self.topology = topology.bind(self.config.application_id)
         self._snapshots = snapshot_source(self.config["state.snapshot.location"], self.config.application_id)
         topology.subtopologies()
@@ -154,8 +151,7 @@ class KafkaStreams:
                 self._threads.append(StreamThread(f"{self.config.application_id}-StreamThread-{i + 1}", topology,
                                                   self.config, self._on_thread_state, self._restore_listener,
                                                   counts, directory=directory, hosts_standbys=i == 0,
-                                                  snapshots=self._snapshots,
-                                                  group_instance_id=self.config.group_instance_id(i + 1)))
+                                                  snapshots=self._snapshots, index=i + 1))
         except BaseException:
             self._abort_start()
             raise

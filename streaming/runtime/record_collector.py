@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, Message
 
-from streaming.errors import ProductionError
+from streaming.errors import ProductionError, TaskCorruptedError, TaskMigratedError
 from streaming.runtime.error_handlers import PRODUCTION, ErrorContext, fail_always
 from streaming.runtime.streams_producer import StreamsProducer
 
@@ -75,6 +75,8 @@ class KafkaRecordCollector:
                     break
                 except BufferError:
                     continue
+        except (TaskMigratedError, TaskCorruptedError):  # exactly-once: the transaction failed, not this record
+            raise
         except Exception as exc:
             raise ProductionError(f"cannot send to topic {topic!r} (partition {partition}): {exc}") from exc
 
@@ -104,6 +106,11 @@ class KafkaRecordCollector:
             if not self._failures:
                 return
             self._handle_failures()  # dead letters it writes are flushed in the next round
+
+    def discard_failures(self) -> None:
+        """Forget failed deliveries not handled yet: their transaction was aborted (exactly-once), and the
+        records are produced again when their input is re-processed."""
+        self._failures.clear()
 
     def _handle_failures(self) -> None:
         failures, self._failures = self._failures, []

@@ -12,6 +12,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 from confluent_kafka.admin import AdminClient
 
 from streaming.config import StreamsConfig
+from streaming.errors import StreamsError, TaskCorruptedError, TaskMigratedError
 from streaming.metrics.collector import TaskSample, ThreadSample
 from streaming.metrics.histogram import Histogram
 from streaming.naming import dead_letter_topic, is_stream_time_topic, store_of_changelog
@@ -25,6 +26,7 @@ from streaming.runtime.stream_time import StreamTimeRecovery, stream_time_topics
 from streaming.runtime.streams_producer import streams_producer
 from streaming.runtime.task import StreamTask
 from streaming.runtime.task_manager import TaskManager, as_pairs
+from streaming.runtime.transactions import TransactionalProducer
 from streaming.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -47,15 +49,15 @@ class StreamThread(threading.Thread):
 
     Commits every ``commit.interval.ms`` (or sooner when a processor asks), on revocation, and on a
     clean shutdown. A fatal error stops the thread without committing: uncommitted input is
-    re-read by whoever owns the partitions next (at-least-once).
+    re-read by whoever owns the partitions next (at-least-once). Under ``exactly_once_v2`` a failed
+    transaction is recovered from (:meth:`_recover_transaction`) rather than fatal.
     """
 
     def __init__(self, name: str, topology: Topology, config: StreamsConfig,
                  on_state: Callable[[StreamThread, str], None],
                  restore_listener: StateRestoreListener | None = None,
                  partition_counts: dict[str, int] | None = None, directory: StateDirectory | None = None,
-                 hosts_standbys: bool = True, snapshots: SnapshotSource | None = None,
-                 group_instance_id: str | None = None) -> None:
+                 hosts_standbys: bool = True, snapshots: SnapshotSource | None = None, index: int = 1) -> None:
         super().__init__(name=name, daemon=True)
         self.config = config
         self._on_state = on_state
@@ -63,11 +65,12 @@ class StreamThread(threading.Thread):
         self._clean_shutdown = True
         self.exception: BaseException | None = None
         self.admin = AdminClient(config.admin_config())
+        group_instance_id = config.group_instance_id(index)
         static = {"group.instance.id": group_instance_id} if group_instance_id else {}  # static membership
         self.consumer = Consumer({**config.consumer_config(), **static})
         dlq = dead_letter_topic(config.application_id)
         self.collector = KafkaRecordCollector(
-            lambda on_delivery_error: streams_producer(config, self.consumer, on_delivery_error), self.admin,
+            lambda on_delivery_error: streams_producer(config, self.consumer, on_delivery_error, index), self.admin,
             always_fail=lambda topic: topic == dlq or store_of_changelog(config.application_id, topic) is not None
             or is_stream_time_topic(config.application_id, topic))
         self.errors = self.collector.errors = configured_handlers(
@@ -104,10 +107,14 @@ class StreamThread(threading.Thread):
 
     def run(self) -> None:
         try:
-            self.consumer.subscribe(self.tasks.source_topics(), on_assign=self._on_assign,
-                                    on_revoke=self._on_revoke, on_lost=self._on_lost)
+            self._subscribe()
             self.collector.producer.begin()
-            self._loop()
+            while True:
+                try:
+                    self._loop()
+                    break
+                except (TaskMigratedError, TaskCorruptedError) as failure:  # only a transactional producer raises them
+                    self._recover_transaction(failure)
             self._finish_join()
             self.tasks.shutdown()
         except BaseException as exc:  # report every failure, including a KeyboardInterrupt in the thread
@@ -136,7 +143,6 @@ class StreamThread(threading.Thread):
         next_commit = wall_clock_ms() + commit_interval
         next_lag = 0
         task_of = self.tasks.task_of
-        self._waiting_since = time.monotonic()
         while not self._stopping.is_set():
             if self._waiting_since is not None:
                 self._log_waiting()
@@ -173,6 +179,85 @@ class StreamThread(threading.Thread):
             if now >= next_commit or self.tasks.commit_requested():
                 self.tasks.commit(list(self.tasks.tasks.values()))
                 next_commit = wall_clock_ms() + commit_interval
+
+    def _subscribe(self) -> None:
+        self._waiting_since = time.monotonic()
+        self.consumer.subscribe(self.tasks.source_topics(), on_assign=self._on_assign,
+                                on_revoke=self._on_revoke, on_lost=self._on_lost)
+
+    # -- exactly-once: a failed transaction (streaming.runtime.transactions) -----------------------------------
+    def _recover_transaction(self, failure: StreamsError) -> None:
+        """Nothing of the failed transaction is committed. Abort it (if this producer still can), close every
+        task dirty and wipe its state (:meth:`_abandon_transaction`); then:
+
+        * aborted (:class:`TaskCorruptedError`): re-create the tasks from the last committed offsets; they
+          restore their stores from the changelogs (Kafka Streams' TaskCorruptedException);
+        * fenced, with ``instance.name``: a newer incarnation of this instance (same name, so the same
+          transactional id) took over while this one was paused or cut off — this is the zombie. Stop (the
+          error ends the thread) rather than fence the newer one back, which would fence this one again;
+        * fenced, without ``instance.name``: no other process shares the transactional id (the broker expired
+          the producer): take a new producer and rejoin the group (Kafka Streams' TaskMigratedException).
+        """
+        producer = self.collector.producer
+        if not isinstance(producer, TransactionalProducer):  # raised by user code under at_least_once: fatal
+            raise failure
+        partitions, task_ids = self._abandon_transaction()
+        if producer.fenced and not isinstance(failure, TaskMigratedError):
+            failure = TaskMigratedError(f"{failure}; the transaction could not be aborted either, so the producer is "
+                                        f"treated as fenced")
+        if isinstance(failure, TaskMigratedError) and self.config["instance.name"]:
+            log.error("%s: %s. Another instance with instance.name=%r took over this instance's transactional id "
+                      "(this one was paused or cut off: a zombie); nothing of its open transaction is committed. "
+                      "Its tasks %s were closed dirty and their local state wiped; the thread stops. Two live "
+                      "instances must never share an instance.name.", self.name, failure,
+                      self.config["instance.name"], task_ids)
+            raise failure
+        if isinstance(failure, TaskMigratedError):
+            log.warning("%s: %s. Its tasks %s were closed dirty and their local state wiped; it takes a new "
+                        "producer and rejoins group %r", self.name, failure, task_ids,
+                        self.config.application_id)
+            producer.renew()
+            producer.begin()
+            self.consumer.unsubscribe()
+            self._subscribe()
+            self._on_state(self, "REBALANCING")
+            return
+        log.warning("%s: %s. Its tasks %s were closed dirty and their local state wiped; they are re-created "
+                    "from the last committed offsets and restored from their changelogs", self.name, failure,
+                    task_ids)
+        producer.begin()
+        not_ready = set(self.tasks.assign(partitions))
+        self._seek_to_committed(partitions)
+        if not_ready:
+            self.consumer.pause([TopicPartition(*tp) for tp in not_ready])
+        ready = [TopicPartition(*tp) for tp in partitions if tp not in not_ready]
+        if ready:
+            self.consumer.resume(ready)
+        self._on_state(self, "REBALANCING" if not_ready else "RUNNING")
+
+    def _abandon_transaction(self) -> tuple[list[tuple[str, int]], list[str]]:
+        """Abort the open transaction (best effort), drop its failed deliveries, close every task dirty and wipe
+        its local state; return the input partitions the tasks owned, and the tasks' ids."""
+        producer = self.collector.producer
+        if isinstance(producer, TransactionalProducer):
+            producer.abort()
+        self.collector.discard_failures()
+        task_ids = sorted(self.tasks.tasks)
+        partitions = self.tasks.close_dirty_and_wipe()
+        self._paused.difference_update(partitions)
+        for tp in partitions:
+            self._start_offsets.pop(tp, None)
+        return partitions, task_ids
+
+    def _seek_to_committed(self, partitions: list[tuple[str, int]]) -> None:
+        """Move the consumer back to the last committed offsets (where the reset policy says without one)."""
+        if not partitions:
+            return
+        for tp in self.consumer.committed([TopicPartition(*tp) for tp in partitions], timeout=10):
+            if tp.offset < 0:
+                reset = self._offset_resets.get(tp.topic, self.config.consumer_config().get("auto.offset.reset"))
+                tp.offset = OFFSET_END if reset == "latest" else OFFSET_BEGINNING
+            self.consumer.seek(tp)
 
     def _finish_join(self) -> None:
         """Before the consumer leaves its group: poll for :data:`CLOSE_SETTLE_S` (two heartbeats), so that a
@@ -410,4 +495,12 @@ class StreamThread(threading.Thread):
         self._on_state(self, "REBALANCING")
         pairs = as_pairs(partitions)
         self._paused.difference_update(pairs)
-        self.tasks.lose(pairs)
+        if isinstance(self.collector.producer, TransactionalProducer):
+            # The open transaction holds the lost tasks' writes, which another member now redoes: none of it may
+            # commit. (The embedded broker does not check the group generation of a transaction's offsets.)
+            _, task_ids = self._abandon_transaction()
+            log.warning("%s lost its partitions %s: their open transaction was aborted, tasks %s closed dirty and "
+                        "wiped", self.name, sorted(pairs), task_ids)
+            self.collector.producer.begin()
+        else:
+            self.tasks.lose(pairs)

@@ -3,9 +3,9 @@
 As Kafka Streams' ``StreamsProducer``: the record collector sends through it; a commit asks it to
 :meth:`~StreamsProducer.commit` the consumed offsets. Under ``at_least_once`` (:class:`AtLeastOnceProducer`)
 that is "wait until every sent record is acknowledged, then commit the offsets to the consumer group".
-A transactional producer (``exactly_once_v2``) implements the same two methods as "begin a transaction"
-and "send the offsets to the transaction and commit it" — the runtime's commit path
-(:mod:`streaming.runtime.checkpoint`) does not change.
+The transactional producer of ``exactly_once_v2`` (:class:`~streaming.runtime.transactions.TransactionalProducer`)
+implements the same two methods as "begin a transaction" and "send the offsets to the transaction and commit
+it" — the runtime's commit path (:mod:`streaming.runtime.checkpoint`) is the same for both.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from streaming.config import StreamsConfig
-from streaming.errors import ConfigError, ProductionError
+from streaming.errors import ProductionError
+from streaming.runtime.transactions import TransactionalProducer, transactional_id
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ class StreamsProducer(Protocol):
 
     def commit(self, offsets: list[TopicPartition]) -> bool:
         """Make everything sent since :meth:`begin` durable together with ``offsets`` (the next offsets to
-        read, per input partition). False if the group moved on (rebalance) and the offsets were refused."""
+        read, per input partition). False if the group moved on (rebalance) and the offsets were refused
+        (at-least-once); a transactional producer raises TaskMigratedError / TaskCorruptedError instead."""
         ...
 
     def close(self) -> None:
@@ -103,9 +105,16 @@ class AtLeastOnceProducer:
 
 
 def streams_producer(config: StreamsConfig, consumer: Consumer | None,
-                     on_delivery_error: Callable[[Any, Any], None]) -> StreamsProducer:
-    """The producer ``processing.guarantee`` asks for (the one place a transactional producer plugs in)."""
+                     on_delivery_error: Callable[[Any, Any], None], thread_index: int = 1) -> StreamsProducer:
+    """The producer ``processing.guarantee`` asks for: at-least-once, or under ``exactly_once_v2`` the
+    transactional producer of stream thread ``thread_index`` (counted from 1; it names the transactional id)."""
     if config.exactly_once:
-        raise ConfigError("config key 'processing.guarantee': exactly_once_v2 is not available yet; "
-                          "use at_least_once")
+        if not config["instance.name"] and thread_index == 1:
+            log.warning("processing.guarantee=exactly_once_v2 without instance.name: a restart of this instance "
+                        "cannot abort the transactions it leaves open when it dies, so read_committed readers of "
+                        "its partitions wait for transaction.timeout.ms (on the embedded broker, which never times "
+                        "transactions out: until a producer with the dead one's id initializes). Set "
+                        "instance.name to a name unique per live instance.")
+        return TransactionalProducer(config.producer_config(), consumer, on_delivery_error,
+                                     transactional_id(config, thread_index), config["bootstrap.servers"])
     return AtLeastOnceProducer(config.producer_config(), consumer, on_delivery_error)

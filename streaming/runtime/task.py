@@ -13,6 +13,8 @@ from streaming.errors import (
     ProductionError,
     RecordError,
     StreamsError,
+    TaskCorruptedError,
+    TaskMigratedError,
     TopologyError,
 )
 from streaming.naming import changelog_topic
@@ -374,7 +376,7 @@ class StreamTask:
         A :class:`DeserializationError` goes to the deserialization handler; a :class:`ProductionError` was
         already seen by the production handler (the sink), which chose to fail; anything else is the
         processing handler's, wrapped in a :class:`ProcessingError` naming the task and the record."""
-        if isinstance(exc, ProductionError):
+        if isinstance(exc, (ProductionError, TaskMigratedError, TaskCorruptedError)):  # the latter: exactly-once
             raise exc
         if isinstance(exc, DeserializationError):
             stage, error = DESERIALIZATION, exc

@@ -13,7 +13,7 @@ from streaming.runtime import checkpoint
 from streaming.runtime.changelog_reader import StoreChangelogReader
 from streaming.runtime.error_handlers import RecordErrorHandlers
 from streaming.runtime.record_collector import RecordCollector
-from streaming.runtime.state_directory import StateDirectory
+from streaming.runtime.state_directory import StateDirectory, remove_path
 from streaming.runtime.stream_time import StreamTimeRecovery
 from streaming.runtime.task import StreamTask, TopicPartition, task_id_of
 from streaming.state.caching import cache_budget
@@ -241,9 +241,12 @@ class TaskManager:
             self._reader.restore(max_records, 0)
 
     def commit(self, tasks: list[StreamTask]) -> bool:
-        """Commit ``tasks`` (:func:`streaming.runtime.checkpoint.commit`); counts commits and their latency."""
+        """Commit ``tasks`` (:func:`streaming.runtime.checkpoint.commit`); counts commits and their latency.
+        Under exactly_once_v2 every task of the thread commits: they share one transaction."""
         if not tasks:
             return True
+        if self._config.exactly_once:
+            tasks = list(self.tasks.values())
         started = time.perf_counter()
         if not checkpoint.commit(tasks, self._collector):
             return False
@@ -349,6 +352,19 @@ class TaskManager:
         for task in self._owners(partitions):
             self._close(task, clean=False)
             self._directory.unlock(task.id, self)
+
+    def close_dirty_and_wipe(self) -> list[TopicPartition]:
+        """Exactly-once, after a transaction was aborted or fenced: close every active task dirty (its caches and
+        buffers are dropped), delete its local state (it holds writes that were never committed, and no
+        checkpoint may vouch for them) and return the input partitions the tasks owned, so that they can be
+        re-created from the last committed offsets and restored from their changelogs."""
+        partitions = sorted(self.task_of)
+        for task in list(self.tasks.values()):
+            self._close(task, clean=False)
+            remove_path(task.state.task_dir, inside=task.state.app_dir)
+            self._directory.unlock(task.id, self)
+            log.info("wiped the local state of task %s (%s)", task.id, task.state.task_dir)
+        return partitions
 
     def _owners(self, partitions: list[TopicPartition]) -> list[StreamTask]:
         owners: dict[str, StreamTask] = {}

@@ -93,6 +93,11 @@ class StoreCache:
             write(entries)
             self._remove(entries)
 
+    def discard(self) -> None:
+        """Drop every entry unwritten and give its bytes back to the budget (a dirty close: under exactly-once
+        the writes belonged to an aborted transaction)."""
+        self._remove(list(self.entries.items()))
+
     def __len__(self) -> int:
         return len(self.entries)
 
@@ -180,4 +185,7 @@ class CachingBytesStore:
         self.wrapped.flush()
 
     def close(self) -> None:
+        """Close without flushing: a clean close flushed first (the task's suspend), so what is left is
+        dropped (a dirty close), its bytes given back to the thread's budget."""
+        self.cache.discard()
         self.wrapped.close()
