@@ -133,6 +133,14 @@ class S3Server:
             if root.findtext(f"{_S3_NAMESPACE}IsTruncated") != "true" or not token:
                 return keys
 
+    def read_object(self, bucket: str, key: str) -> bytes:
+        """The content of object ``key`` in ``bucket`` (a signed request: moto refuses anonymous reads)."""
+        import boto3  # moto's dependency; imported here, it takes a moment
+
+        client = boto3.client("s3", endpoint_url=self.endpoint, region_name=_REGION,
+                              aws_access_key_id=_ACCESS_KEY_ID, aws_secret_access_key=_SECRET_ACCESS_KEY)
+        return bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+
     def _request(self, method: str, path: str) -> bytes:
         request = urllib.request.Request(self.endpoint + path, method=method)
         try:
