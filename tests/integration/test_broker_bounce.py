@@ -204,14 +204,13 @@ class Workers:
 
 @dataclass
 class Bounce:
-    outage_s: float = 0.0  # from the kill to the restarted broker answering
+    outage_s: float = 0.0  # from the stop to the restarted broker answering
     recovery_s: float = 0.0  # from the restarted broker answering to the group committing new input
-    committed_at_kill: dict[int, int] | None = None
-    acknowledged_at_kill: dict[int, int] | None = None
+    committed_at_stop: dict[int, int] | None = None
+    acknowledged_at_stop: dict[int, int] | None = None
     committed_after_restart: dict[int, int] | None = None
     outage_lines: list[list[str]] | None = None  # per worker: what it logged while the broker was down
     topics_after_restart: dict[str, int] | None = None  # partitions per topic, as the restarted broker says
-    input_ends: dict[int, int] | None = None  # end offset per input partition, read once the feeder stopped
 
 
 def total(offsets: dict[int, int]) -> int:
@@ -251,19 +250,19 @@ def run_through_a_bounce(brokers: list[EmbeddedBroker], s3: S3Server, workdir: P
     wait_for(lambda: committed_offsets(bootstrap, app_id, source, PARTITIONS) == feeder.acknowledged(), 60,
              "the workers to commit the input so far")
     time.sleep(QUIESCE_S)
-    bounce.committed_at_kill = committed_offsets(bootstrap, app_id, source, PARTITIONS)
+    bounce.committed_at_stop = committed_offsets(bootstrap, app_id, source, PARTITIONS)
     brokers[0].stop()  # SIGTERM: Tansu exits once its clients' connections are done (up to ~5 s)
-    killed_at = time.monotonic()
-    bounce.acknowledged_at_kill = feeder.acknowledged()
+    stopped_at = time.monotonic()
+    bounce.acknowledged_at_stop = feeder.acknowledged()
     feeder.paused.clear()  # records produced from now on wait in the feeder's producer for the broker
     logged_before = [len(workers.text(i).splitlines()) for i in range(WORKERS)]
-    while time.monotonic() < killed_at + OUTAGE_S:
+    while time.monotonic() < stopped_at + OUTAGE_S:
         workers.assert_alive()
         time.sleep(0.5)
     bounce.outage_lines = [workers.text(i).splitlines()[logged_before[i]:] for i in range(WORKERS)]
     brokers.append(durable_broker(s3, workdir, port=port).start())
     back_at = time.monotonic()
-    bounce.outage_s = back_at - killed_at
+    bounce.outage_s = back_at - stopped_at
     bounce.committed_after_restart = committed_offsets(bootstrap, app_id, source, PARTITIONS)
     bounce.topics_after_restart = {name: len(topic.partitions) for name, topic in cluster_topics(bootstrap).items()}
     wait_for(lambda: total(committed_offsets(bootstrap, app_id, source, PARTITIONS))
@@ -276,7 +275,6 @@ def run_through_a_bounce(brokers: list[EmbeddedBroker], s3: S3Server, workdir: P
     ends: dict[int, int] = {}  # read to partition EOF (streaming.admin.watermarks found no EOF on this broker)
     for record in read_topic(bootstrap, source, Serdes.Bytes(), Serdes.Bytes(), PARTITIONS, READ_TIMEOUT_S):
         ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
-    bounce.input_ends = ends
     try:
         wait_for(lambda: committed_offsets(bootstrap, app_id, source, PARTITIONS) == ends, 120,
                  f"the workers to commit all input {ends}")
@@ -303,14 +301,14 @@ def stored_partitions(s3: S3Server) -> dict[str, str]:
 
 def check(bootstrap: str, app_id: str, source: str, sink: str, feeder: Feeder, workers: Workers, bounce: Bounce,
           s3: S3Server) -> None:
-    assert bounce.committed_at_kill is not None and bounce.acknowledged_at_kill is not None
+    assert bounce.committed_at_stop is not None and bounce.acknowledged_at_stop is not None
     assert bounce.committed_after_restart is not None and bounce.topics_after_restart is not None
     assert bounce.outage_lines is not None
     # The broker's data survived its restart: topics, committed offsets, acknowledged records, the bucket's objects.
     for topic in (source, sink, changelog_topic(app_id, counting.STORE)):
         assert bounce.topics_after_restart.get(topic) == PARTITIONS, f"{topic} after the restart: {bounce.topics_after_restart}"
-    assert all(bounce.committed_after_restart[p] >= bounce.committed_at_kill[p] for p in range(PARTITIONS)), \
-        f"committed offsets went back: {bounce.committed_at_kill} before the kill, {bounce.committed_after_restart} after"
+    assert all(bounce.committed_after_restart[p] >= bounce.committed_at_stop[p] for p in range(PARTITIONS)), \
+        f"committed offsets went back: {bounce.committed_at_stop} before the stop, {bounce.committed_after_restart} after"
     keys = s3.list_keys(BUCKET)
     assert any(f"/topics/{source}/" in key for key in keys) and any(f"/topics/{sink}/" in key for key in keys)
 
@@ -319,14 +317,14 @@ def check(bootstrap: str, app_id: str, source: str, sink: str, feeder: Feeder, w
     assert len(inputs) == feeder.produced, \
         f"{feeder.produced} records produced, {len(inputs)} in the input topic ({feeder.duplicate_acks} acknowledged " \
         f"as duplicates); the broker's objects: {stored_partitions(s3)}"
-    assert all((p, o) in inputs for p, end in bounce.acknowledged_at_kill.items() for o in range(end))
+    assert all((p, o) in inputs for p, end in bounce.acknowledged_at_stop.items() for o in range(end))
 
     output = read_topic(bootstrap, sink, Serdes.String(), Serdes.Json(), PARTITIONS, READ_TIMEOUT_S)
     emissions = collections.Counter((r.value["partition"], r.value["offset"]) for r in output)
     assert set(emissions) == set(inputs), \
         f"input never output: {sorted(set(inputs) - set(emissions))[:5]}; unknown: {sorted(set(emissions) - set(inputs))[:5]}"
     twice = {po: n for po, n in emissions.items() if n > 1}
-    repeated_committed = [po for po in twice if po[1] < bounce.committed_at_kill[po[0]]]
+    repeated_committed = [po for po in twice if po[1] < bounce.committed_at_stop[po[0]]]
     assert not repeated_committed, f"committed records processed again: {sorted(repeated_committed)[:5]}"
 
     oracle = collections.Counter(inputs.values())
@@ -360,7 +358,7 @@ def check(bootstrap: str, app_id: str, source: str, sink: str, feeder: Feeder, w
           f"the group committed again {bounce.recovery_s:.1f} s after the broker answered; {feeder.produced} records "
           f"in, {len(output)} out, {sum(n - 1 for n in twice.values())} duplicate outputs ({len(twice)} records "
           f"processed twice), {sum(final[k] - oracle[k] for k in oracle)} counted twice (final counts over the oracle); "
-          f"committed at the kill {total(bounce.committed_at_kill)}, on the restarted broker "
+          f"committed at the stop {total(bounce.committed_at_stop)}, on the restarted broker "
           f"{total(bounce.committed_after_restart)}; worker log lines during the outage "
           f"{[len(lines) for lines in bounce.outage_lines]}, of them saying {OUTAGE_LINE!r}: {brook_lines}; "
           f"{feeder.duplicate_acks} input records acknowledged as duplicates of a batch the broker had")
