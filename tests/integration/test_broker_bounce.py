@@ -1,12 +1,13 @@
-"""A broker bounce: the embedded broker, on S3 storage (a local ``moto_server``), is stopped mid-run and started
+"""A broker bounce: the embedded broker, on S3 storage (a local ``moto_server``), is killed mid-run and started
 again on the same port and bucket; the workers of the counting app reconnect by themselves and finish with
 nothing lost.
 
 Two ``brook worker run`` processes of ``tests.integration.workloads.counting`` process input that a feeder
 thread produces at a steady rate. Once the group has committed part of it, the feeder pauses, the workers
-commit what they have and all is quiet for :data:`QUIESCE_S` s; then the broker is stopped, kept down for
-:data:`OUTAGE_S` seconds (several reconnect backoffs, longer than the group session timeout) while the feeder
-produces again (its producer holds the records and retries), and started again on the same port and bucket.
+commit what they have and all is quiet for :data:`QUIESCE_S` s; then the broker is SIGKILLed (what survives is
+what S3 has), kept down for :data:`OUTAGE_S` seconds (several reconnect backoffs, longer than the group session
+timeout) while the feeder produces again (its producer holds the records and retries), and started again on
+the same port and bucket.
 The workers are never restarted. The quiet moment is the embedded broker's limit, not Brook's: Tansu 0.6.0 on
 S3 storage, stopped (SIGTERM or SIGKILL) with produce requests in flight, came back with holes in its offsets
 and without some records it had acknowledged in 12 of 14 runs that stopped it under load (README, broker
@@ -240,7 +241,7 @@ def test_workers_ride_out_a_broker_bounce_on_durable_storage(s3: S3Server, uniqu
 
 def run_through_a_bounce(brokers: list[EmbeddedBroker], s3: S3Server, workdir: Path, app_id: str, source: str,
                          feeder: Feeder, workers: Workers) -> Bounce:
-    """Once the group commits, quiesce, stop the broker, keep it down :data:`OUTAGE_S` while the feeder goes on, start
+    """Once the group commits, quiesce, SIGKILL the broker, keep it down :data:`OUTAGE_S` while the feeder goes on, start
     it again on the same port and bucket (appended to ``brokers``), and wait until the workers committed all input."""
     bootstrap, port = brokers[0].bootstrap_servers, brokers[0].port
     bounce = Bounce()
@@ -251,7 +252,8 @@ def run_through_a_bounce(brokers: list[EmbeddedBroker], s3: S3Server, workdir: P
              "the workers to commit the input so far")
     time.sleep(QUIESCE_S)
     bounce.committed_at_stop = committed_offsets(bootstrap, app_id, source, PARTITIONS)
-    brokers[0].stop()  # SIGTERM: Tansu exits once its clients' connections are done (up to ~5 s)
+    os.kill(brokers[0].pid, signal.SIGKILL)  # type: ignore[arg-type]
+    brokers[0].stop()
     stopped_at = time.monotonic()
     bounce.acknowledged_at_stop = feeder.acknowledged()
     feeder.paused.clear()  # records produced from now on wait in the feeder's producer for the broker
@@ -354,7 +356,7 @@ def check(bootstrap: str, app_id: str, source: str, sink: str, feeder: Feeder, w
         assert len(bounce.outage_lines[index]) <= MAX_OUTAGE_LINES, \
             f"worker {index} logged {len(bounce.outage_lines[index])} lines in a {OUTAGE_S:.0f} s outage:\n" + \
             "\n".join(bounce.outage_lines[index])
-    print(f"broker bounce: outage {bounce.outage_s:.1f} s (broker stopped, restarted on the same port and bucket), "
+    print(f"broker bounce: outage {bounce.outage_s:.1f} s (broker SIGKILLed at a quiet moment, restarted on the same port and bucket), "
           f"the group committed again {bounce.recovery_s:.1f} s after the broker answered; {feeder.produced} records "
           f"in, {len(output)} out, {sum(n - 1 for n in twice.values())} duplicate outputs ({len(twice)} records "
           f"processed twice), {sum(final[k] - oracle[k] for k in oracle)} counted twice (final counts over the oracle); "
