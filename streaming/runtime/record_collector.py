@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, Message
 
 from streaming.errors import ProductionError, TaskCorruptedError, TaskMigratedError
+from streaming.runtime.broker_waits import BROKER_WAITS
 from streaming.runtime.error_handlers import PRODUCTION, ErrorContext, fail_always
 from streaming.runtime.streams_producer import StreamsProducer
 
@@ -18,6 +19,7 @@ UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: let the producer's partit
 RECORD_ERRORS = frozenset(getattr(KafkaError, name) for name in (
     "MSG_SIZE_TOO_LARGE", "_MSG_SIZE_TOO_LARGE", "INVALID_RECORD", "CORRUPT_MESSAGE", "RECORD_LIST_TOO_LARGE",
     "INVALID_TIMESTAMP", "POLICY_VIOLATION") if hasattr(KafkaError, name))
+_FLUSH_SLICE_S = 1.0  # a flush without a deadline waits in slices of this length
 
 
 class RecordCollector(Protocol):
@@ -96,16 +98,24 @@ class KafkaRecordCollector:
             count = self._partition_counts[topic] = len(partitions)
         return count
 
-    def flush(self, timeout: float = 60.0) -> None:
-        """Wait until every sent record is acknowledged; raise if any failed or the wait timed out."""
-        deadline = time.monotonic() + timeout
-        while True:
-            while (remaining := self.producer.flush(max(0.0, deadline - time.monotonic()))) > 0:
-                if time.monotonic() >= deadline:
-                    raise ProductionError(f"{remaining} records still unacknowledged after {timeout:.0f} s")
-            if not self._failures:
-                return
-            self._handle_failures()  # dead letters it writes are flushed in the next round
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every sent record is acknowledged; raise if any failed, or if ``timeout`` s passed.
+
+        Without a timeout it waits as long as the producer holds records: while the broker is down or
+        unreachable, librdkafka retries them and fails each one only after its ``message.timeout.ms`` (5 minutes
+        by default), so an outage shorter than that pauses the stream thread here (nothing is committed
+        meanwhile) instead of failing it; :data:`~streaming.runtime.broker_waits.BROKER_WAITS` says so in the log.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with BROKER_WAITS.waiting("a commit waits for the broker to acknowledge the records sent since the last one"):
+            while True:
+                while (remaining := self.producer.flush(_FLUSH_SLICE_S if deadline is None
+                                                        else max(0.0, deadline - time.monotonic()))) > 0:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise ProductionError(f"{remaining} records still unacknowledged after {timeout:.0f} s")
+                if not self._failures:
+                    return
+                self._handle_failures()  # dead letters it writes are flushed in the next round
 
     def discard_failures(self) -> None:
         """Forget failed deliveries not handled yet: their transaction was aborted (exactly-once), and the

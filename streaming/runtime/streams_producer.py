@@ -14,16 +14,21 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from streaming.config import StreamsConfig
 from streaming.errors import ProductionError
+from streaming.runtime.broker_waits import BROKER_WAITS
 from streaming.runtime.transactions import TransactionalProducer, transactional_id
 
 log = logging.getLogger(__name__)
 
 
 COMMIT_FLUSH_TIMEOUT_S = 60.0
+#: Offset commit failures that mean no group coordinator answered (a broker down or unreachable), not a rebalance.
+COORDINATOR_UNREACHABLE = frozenset({
+    KafkaError._WAIT_COORD, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT,
+    KafkaError.REQUEST_TIMED_OUT, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR})
 
 
 class StreamsProducer(Protocol):
@@ -87,12 +92,20 @@ class AtLeastOnceProducer:
         if not offsets or self._consumer is None:
             return True
         try:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
+            with BROKER_WAITS.waiting("an offset commit waits for the group coordinator"):
+                self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
+            partitions = sorted({(tp.topic, tp.partition) for tp in offsets})
+            if exc.args[0].code() in COORDINATOR_UNREACHABLE:
+                # The offsets stay uncommitted in the tasks: the next commit carries them (at-least-once).
+                log.warning("offset commit failed, no group coordinator answered (broker down or unreachable?): "
+                            "%s; partitions %s are committed with the next commit, or re-read from the last one if "
+                            "the group moves them meanwhile", exc.args[0].str(), partitions)
+                return False
             # The group moved on (rebalance, fenced generation): the new owner re-reads from the last
             # committed offset. Outputs were acknowledged, so nothing is lost (at-least-once).
             log.warning("offset commit failed; partitions %s will be re-read from the last commit: %s",
-                        sorted({(tp.topic, tp.partition) for tp in offsets}), exc)
+                        partitions, exc)
             return False
         return True
 
