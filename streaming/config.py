@@ -127,6 +127,14 @@ def _optional_file(value: Any) -> str:
     return path
 
 
+def _boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError("expected true or false")
+
+
 def _instance_name(value: Any) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]{0,200}", value):
         raise ValueError("expected letters, digits, '.', '_' or '-' (at most 200)")
@@ -173,6 +181,10 @@ KEYS: dict[str, _Key] = {
     # the ids the instance's clients present stable: static membership (``group.instance.id``) and the
     # transactional ids of ``exactly_once_v2``. Empty: the instance has no stable identity.
     "instance.name": _Key(_instance_name, ""),
+    # Static group membership (``group.instance.id`` per stream thread, from instance.name): a restart within
+    # session.timeout.ms keeps the instance's tasks without a rebalance. Off by default, as in Kafka Streams (where
+    # the user sets group.instance.id): the embedded broker handles static members badly (README, broker limits).
+    "static.membership": _Key(_boolean, False),
     # The interactive-query endpoint's security: HTTPS with this certificate and key (PEM files), a bearer
     # token every request must carry (a secret: use ${env:...} or ${file:...}), and the CA that the other
     # instances' certificates are checked against when KafkaStreams.query() asks them.
@@ -215,7 +227,7 @@ class StreamsConfig:
                     raise ConfigError(f"config key '{key}' names no client setting")
                 if client == "consumer" and setting == "group.instance.id":
                     raise ConfigError(f"config key '{key}' is set by the runtime, one per stream thread: set "
-                                      f"'instance.name' instead (group.instance.id = "
+                                      f"'instance.name' and 'static.membership=true' instead (group.instance.id = "
                                       f"<application.id>-<instance.name>-<thread number>)")
                 if client == "consumer" and setting in CONSUMER_RESERVED:
                     raise ConfigError(f"config key '{key}' is set by the runtime and cannot be overridden")
@@ -234,6 +246,9 @@ class StreamsConfig:
         if bool(self._values["application.server.tls.cert"]) != bool(self._values["application.server.tls.key"]):
             raise ConfigError("config keys 'application.server.tls.cert' and 'application.server.tls.key' go "
                               "together: HTTPS needs both the certificate and its key")
+        if self._values["static.membership"] and not self._values["instance.name"]:
+            raise ConfigError("config key 'static.membership' needs 'instance.name': the group.instance.id of each "
+                              "stream thread is made from it")
         if self._values["commit.interval.ms"] is None:
             self._values["commit.interval.ms"] = 100 if self.exactly_once else 30000
         if self.exactly_once:
@@ -323,9 +338,10 @@ class StreamsConfig:
 
     def group_instance_id(self, thread: int) -> str | None:
         """Static group membership: the ``group.instance.id`` of stream thread ``thread`` (numbered from 1),
-        ``<application.id>-<instance.name>-<thread>``; None when ``instance.name`` is not set."""
-        name = self["instance.name"]
-        return f"{self.application_id}-{name}-{thread}" if name else None
+        ``<application.id>-<instance.name>-<thread>``; None unless ``static.membership`` is on."""
+        if not self["static.membership"]:
+            return None
+        return f"{self.application_id}-{self['instance.name']}-{thread}"
 
     def producer_config(self) -> dict[str, Any]:
         """librdkafka settings of the producer."""

@@ -84,8 +84,9 @@ def run(
     log_format: Annotated[str | None, typer.Option(
         "--log-format", envvar="BROOK_LOG_FORMAT", help="Log lines as text or json (one JSON object per line)")] = None,
     instance_name: Annotated[str | None, typer.Option(
-        "--instance-name", help="A name this worker keeps across restarts (config key instance.name): static "
-                                "group membership, so a restart within session.timeout.ms keeps its tasks")] = None,
+        "--instance-name", help="A name this worker keeps across restarts (config key instance.name): stable "
+                                "transactional ids under exactly_once_v2, and static group membership with "
+                                "--set static.membership=true")] = None,
 ) -> None:
     """Run one worker: join the group, process, and stop cleanly on SIGTERM/SIGINT."""
     from streaming.runtime.kafka_streams import KafkaStreams, State

@@ -244,8 +244,8 @@ def test_a_restarted_static_member_gets_its_tasks_back_and_one_that_stays_away_k
     session_s = 6  # the runtime's default consumer session.timeout.ms
     try:
         cluster.produce(2_000)
-        a, a_restores = cluster.start("a", **{"instance.name": "a"})
-        b, _ = cluster.start("b", **{"instance.name": "b"})
+        a, a_restores = cluster.start("a", **{"instance.name": "a", "static.membership": True})
+        b, _ = cluster.start("b", **{"instance.name": "b", "static.membership": True})
         wait_for(lambda: settled(a, b), SETTLE_S, "A and B to share the tasks")
         cluster.wait_committed()
         a_tasks, b_tasks = tasks_of(a), tasks_of(b)
@@ -253,7 +253,7 @@ def test_a_restarted_static_member_gets_its_tasks_back_and_one_that_stays_away_k
         a_restores.reset()
         mark = cluster.events.mark()
 
-        b_again, b_restores = cluster.create("b", **{"instance.name": "b"})  # same name, same state directory
+        b_again, b_restores = cluster.create("b", **{"instance.name": "b", "static.membership": True})  # same name, same state directory
         b.close(60)  # a static member does not leave the group when it closes
         restarted = time.monotonic()
         b_again.start()
@@ -279,7 +279,7 @@ def test_a_restarted_static_member_gets_its_tasks_back_and_one_that_stays_away_k
         print(f"static member away {3 * session_s} s: its tasks {sorted(b_tasks)} stayed unowned, "
               f"{cluster.produced - sum(committed.values())} records waiting")
 
-        back, _ = cluster.start("b", **{"instance.name": "b"})
+        back, _ = cluster.start("b", **{"instance.name": "b", "static.membership": True})
         wait_for(lambda: tasks_of(back) == b_tasks and back.state is State.RUNNING, SETTLE_S,
                  "the returning static member to take its tasks again")
         cluster.wait_committed()
