@@ -12,12 +12,13 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 from confluent_kafka.admin import AdminClient
 
 from streaming.config import StreamsConfig
-from streaming.metrics.collector import TaskSample, ThreadSample
+from streaming.metrics.collector import BackpressureSample, TaskSample, ThreadSample
 from streaming.metrics.histogram import Histogram
 from streaming.naming import dead_letter_topic, store_of_changelog
 from streaming.runtime.changelog_reader import StateRestoreListener, StoreChangelogReader
 from streaming.runtime.dead_letters import DeadLetterWriter
 from streaming.runtime.error_handlers import configured_handlers
+from streaming.runtime.rate_limit import thread_rate_limiter
 from streaming.runtime.record_collector import KafkaRecordCollector
 from streaming.runtime.snapshots import SnapshotSource
 from streaming.runtime.state_directory import StateDirectory
@@ -35,6 +36,10 @@ WAITING_LOG_S = 5.0
 CLOSE_SETTLE_S = 1.0
 CLOSE_JOIN_WAIT_S = 10.0
 LAG_INTERVAL_MS = 1000  # how often the loop refreshes the lag per input partition (for /metrics)
+#: Processing goes round the tasks a chunk of records each; the chunk halves when a round takes more than this
+#: share of ``max.poll.processing.ms`` and doubles (up to ``consumer.max.poll.records``) when it takes less
+#: than a quarter of it, so the loop checks its time budget often without checking per record.
+ROUND_SHARE = 0.25
 
 
 def wall_clock_ms() -> int:
@@ -75,14 +80,22 @@ class StreamThread(threading.Thread):
                                  errors=self.errors)
         self._offset_resets = self.tasks.offset_resets()
         self._cooperative = "cooperative" in config.consumer_config().get("partition.assignment.strategy", "")
-        self._paused: set[tuple[str, int]] = set()
+        self._paused: set[tuple[str, int]] = set()  # paused by backpressure (see _pause_full)
+        self._processing_budget = config["max.poll.processing.ms"] / 1000 or float("inf")
+        self._chunk = config.max_poll_records  # records per task per processing round (see ROUND_SHARE)
+        self._rate_limiter = thread_rate_limiter(config["processing.rate.limit.records"],
+                                                 config["processing.rate.limit.bytes"], config["num.stream.threads"])
+        self.backpressure_pauses = 0  # partitions paused because their buffer was full
+        self.backpressure_resumes = 0
+        self.time_cap_hits = 0  # loop iterations that stopped processing at max.poll.processing.ms
+        self.throttled_seconds = 0.0  # time the rate limit held the thread back
         self._start_offsets: dict[tuple[str, int], int] = {}  # see _start_offset
         self._waiting_since: float | None = None  # since when the thread waits for an assignment
         self._last_waiting_log = 0.0
         self.processed = 0
         self.rebalances = 0
-        self.process_latency = Histogram()  # per polled batch
-        self.e2e_latency = Histogram()  # the last record of each batch: its timestamp to the end of processing
+        self.process_latency = Histogram()  # per loop iteration that processed records
+        self.e2e_latency = Histogram()  # per such iteration, its last record: its timestamp to the end of processing
         self.lag: dict[tuple[str, int], int] = {}  # per input partition, refreshed every LAG_INTERVAL_MS
 
     # -- life cycle ------------------------------------------------------------------------------------------
@@ -123,6 +136,9 @@ class StreamThread(threading.Thread):
 
     # -- the loop ----------------------------------------------------------------------------------------------
     def _loop(self) -> None:
+        """Each iteration: poll (at most ``consumer.max.poll.records``, fewer under a rate limit), process what
+        the tasks buffer for at most ``max.poll.processing.ms``, pause partitions whose buffer is full and
+        resume drained ones, then serve delivery reports, punctuate and commit when due."""
         consume = self.consumer.consume
         max_records = self.config.max_poll_records
         poll_seconds = self.config["poll.ms"] / 1000
@@ -130,6 +146,8 @@ class StreamThread(threading.Thread):
         next_commit = wall_clock_ms() + commit_interval
         next_lag = 0
         task_of = self.tasks.task_of
+        limiter = self._rate_limiter
+        backlog = False  # records left buffered by the last iteration: poll without waiting
         self._waiting_since = time.monotonic()
         while not self._stopping.is_set():
             if self._waiting_since is not None:
@@ -142,17 +160,18 @@ class StreamThread(threading.Thread):
                     self._on_state(self, "RUNNING")
             else:
                 self.tasks.catch_up_standbys(max_records * 5)
-            messages = consume(max_records, 0 if self.tasks.restoring else poll_seconds)
-            started = time.perf_counter()
+            busy = backlog or self.tasks.restoring
+            take = max_records if limiter is None else self._throttle(max_records, poll_seconds, busy)
+            messages = consume(take, 0 if busy else poll_seconds)
             if messages:
+                if limiter is not None:
+                    limiter.charge(messages)
                 self._dispatch(messages, task_of)
-                self.processed += len(messages)
-            if self._paused or any(t.group is not None for t in self.tasks.tasks.values()):
-                self.tasks.process_buffered(max_records, self._caught_up)
+            backlog = self._process_buffered()
+            if messages or backlog:
                 self._pause_full()
+            if self._paused:
                 self._resume_drained()
-            if messages:
-                self._observe_batch(messages, started)
             self.collector.poll()
             now = wall_clock_ms()
             if now >= next_lag:
@@ -216,10 +235,61 @@ class StreamThread(threading.Thread):
         if not task.initialized:  # fetched before the pause took effect: keep it for after the restore
             task.pending.append(run)
             return
-        if task.group is None:
-            task.process_messages(run)
-            return
-        task.add_messages(run)
+        task.buffer(run)
+
+    def _process_buffered(self) -> bool:
+        """Process what the tasks buffer, a chunk per task in turn, until every buffer is empty (or waits for
+        another partition: max.task.idle.ms) or ``max.poll.processing.ms`` is spent. True if records are left."""
+        pending = [task for task in self.tasks.tasks.values() if task.buffered_records]
+        if not pending:
+            return False
+        started = time.perf_counter()
+        deadline = started + self._processing_budget
+        done = 0
+        last: StreamTask | None = None
+        while pending:
+            round_started = time.perf_counter()
+            chunk = self._chunk
+            left = []
+            for task in pending:
+                count = task.process_next(chunk, self._caught_up)
+                if count:
+                    done += count
+                    last = task
+                    if task.buffered_records:
+                        left.append(task)
+            now = time.perf_counter()
+            self._adapt_chunk(now - round_started)
+            pending = left
+            if pending and now >= deadline:
+                self.time_cap_hits += 1
+                break
+        self.processed += done
+        if last is not None:
+            self._observe_processing(started, last.last_processed)
+        return bool(pending)
+
+    def _adapt_chunk(self, round_seconds: float) -> None:
+        budget = self._processing_budget
+        if round_seconds > budget * ROUND_SHARE and self._chunk > 1:
+            self._chunk //= 2
+        elif round_seconds < budget * ROUND_SHARE / 4 and self._chunk < self.config.max_poll_records:
+            self._chunk = min(self._chunk * 2, self.config.max_poll_records)
+
+    def _throttle(self, max_records: int, poll_seconds: float, busy: bool) -> int:
+        """Under a rate limit: how many records the next poll may take. When the limit allows none, sleep until
+        it does, at most ``poll.ms`` (not while records wait to be processed or stores restore), then take one:
+        a poll returns records queued before any rebalance it serves; what it takes is charged."""
+        limiter = self._rate_limiter
+        assert limiter is not None
+        allowed = limiter.allowance(max_records)
+        if allowed:
+            return allowed
+        if not busy:
+            pause = min(limiter.wait_seconds(), poll_seconds)
+            time.sleep(pause)
+            self.throttled_seconds += pause
+        return max(limiter.allowance(max_records), 1)
 
     def _start_processing(self, task: StreamTask) -> None:
         """A task finished restoring: resume its partitions and process what arrived meanwhile."""
@@ -259,25 +329,37 @@ class StreamThread(threading.Thread):
 
     def _pause_full(self) -> None:
         """Pause the partitions that still buffer ``buffered.records.per.partition`` records after a round of
-        processing (their task waits for another partition, or they arrive faster than it takes them).
+        processing (they arrive faster than their task takes them, or their task waits for another partition).
 
         Checked after processing, not when records arrive: one poll returns thousands of records of one
         partition, and librdkafka drops a paused partition's prefetched records and fetches them again on
         resume, so pausing on arrival refetched every partition of a multi-partition task (a join) all the
         time."""
         limit = self.config["buffered.records.per.partition"]
-        full = [tp for task in self.tasks.tasks.values() if task.group is not None
+        full = [tp for task in self.tasks.tasks.values() if task.buffered_records
                 for tp in task.partitions if tp not in self._paused and task.buffered_count(tp) >= limit]
         if full:
+            if not self.backpressure_pauses:
+                log.info("%s pauses input partitions whose buffer holds buffered.records.per.partition=%d records "
+                         "(processing is slower than input); they resume when half drained. Metrics: "
+                         "brook_paused_partitions, brook_backpressure_pauses_total", self.name, limit)
+            log.debug("%s pauses %s: buffers full", self.name, full)
             self.consumer.pause([TopicPartition(*tp) for tp in full])
             self._paused.update(full)
+            self.backpressure_pauses += len(full)
 
     def _resume_drained(self) -> None:
+        """Resume the paused partitions whose buffer is down to half of ``buffered.records.per.partition``
+        (forget those no task of this thread owns any more: a rebalance took them)."""
         limit = self.config["buffered.records.per.partition"]
         task_of = self.tasks.task_of
-        ready = [tp for tp in self._paused if tp not in task_of or task_of[tp].buffered_count(tp) < limit // 2]
+        ready = [tp for tp in self._paused if tp not in task_of or task_of[tp].buffered_count(tp) <= limit // 2]
         if ready:
-            self.consumer.resume([TopicPartition(*tp) for tp in ready if tp in task_of])
+            owned = [tp for tp in ready if tp in task_of]
+            if owned:
+                log.debug("%s resumes %s: buffers drained", self.name, owned)
+                self.consumer.resume([TopicPartition(*tp) for tp in owned])
+                self.backpressure_resumes += len(owned)
             self._paused.difference_update(ready)
 
     def _consumer_error(self, message: Any) -> None:
@@ -289,15 +371,14 @@ class StreamThread(threading.Thread):
         log.warning("consumer error on %s[%s]: %s", message.topic(), message.partition(), error)
 
     # -- counters ------------------------------------------------------------------------------------------------
-    def _observe_batch(self, messages: list[Any], started: float) -> None:
-        """Per batch, never per record: its processing time, and the end-to-end latency of its last record."""
+    def _observe_processing(self, started: float, last: Any) -> None:
+        """Per loop iteration that processed records, never per record: how long it processed, and the
+        end-to-end latency of the last record it processed."""
         self.process_latency.observe(time.perf_counter() - started)
-        for message in reversed(messages):
-            if message.error() is None:
-                timestamp = message.timestamp()[1]
-                if timestamp > 0:
-                    self.e2e_latency.observe(max(time.time() * 1000 - timestamp, 0.0) / 1000)
-                return
+        if last is not None:
+            timestamp = last.timestamp()[1]
+            if timestamp > 0:
+                self.e2e_latency.observe(max(time.time() * 1000 - timestamp, 0.0) / 1000)
 
     def _update_lag(self) -> None:
         """Lag per input partition: the high watermark of the last fetch (``cached=True``: the Fetch response's,
@@ -327,7 +408,16 @@ class StreamThread(threading.Thread):
             tasks={"active": active, "restoring": len(tasks) - active, "standby": len(self.tasks.standby)},
             lag=dict(self.lag), task_samples=[TaskSample(t.id, t.dropped_records, t.late_records) for t in tasks],
             record_errors=dict(self.errors.by_action), restored=dict(self.changelog_reader.restored),
-            restores=self.changelog_reader.progress())
+            restores=self.changelog_reader.progress(), backpressure=self.backpressure_sample(tasks))
+
+    def backpressure_sample(self, tasks: list[StreamTask] | None = None) -> BackpressureSample:
+        """What throttling and backpressure did on this thread (called from other threads: reads only)."""
+        tasks = list(self.tasks.tasks.values()) if tasks is None else tasks
+        return BackpressureSample(
+            buffered=sum(task.buffered_records for task in tasks),
+            paused=len(self._paused), pauses=self.backpressure_pauses, resumes=self.backpressure_resumes,
+            time_cap_hits=self.time_cap_hits, throttled_seconds=self.throttled_seconds,
+            queue_full=self.collector.queue_full_stalls, queue_full_seconds=self.collector.queue_full_seconds)
 
     @property
     def commits(self) -> int:
