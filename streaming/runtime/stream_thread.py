@@ -136,9 +136,10 @@ class StreamThread(threading.Thread):
 
     # -- the loop ----------------------------------------------------------------------------------------------
     def _loop(self) -> None:
-        """Each iteration: poll (at most ``consumer.max.poll.records``, fewer under a rate limit), process what
-        the tasks buffer for at most ``max.poll.processing.ms``, pause partitions whose buffer is full and
-        resume drained ones, then serve delivery reports, punctuate and commit when due."""
+        """Each iteration: poll (at most ``consumer.max.poll.records``; fewer after an iteration that ran out of
+        time, or under a rate limit), process what the tasks buffer for at most ``max.poll.processing.ms``, pause
+        partitions whose buffer is full and resume drained ones, then serve delivery reports, punctuate and
+        commit when due."""
         consume = self.consumer.consume
         max_records = self.config.max_poll_records
         poll_seconds = self.config["poll.ms"] / 1000
@@ -147,6 +148,7 @@ class StreamThread(threading.Thread):
         next_lag = 0
         task_of = self.tasks.task_of
         limiter = self._rate_limiter
+        intake = max_records  # records the next poll may take (see _process_buffered)
         backlog = False  # records left buffered by the last iteration: poll without waiting
         self._waiting_since = time.monotonic()
         while not self._stopping.is_set():
@@ -161,13 +163,17 @@ class StreamThread(threading.Thread):
             else:
                 self.tasks.catch_up_standbys(max_records * 5)
             busy = backlog or self.tasks.restoring
-            take = max_records if limiter is None else self._throttle(max_records, poll_seconds, busy)
+            take = intake if limiter is None else self._throttle(intake, poll_seconds, busy)
             messages = consume(take, 0 if busy else poll_seconds)
             if messages:
                 if limiter is not None:
                     limiter.charge(messages)
                 self._dispatch(messages, task_of)
-            backlog = self._process_buffered()
+            processed, backlog = self._process_buffered()
+            if backlog:  # the time cap cut processing short: take no more than it processes
+                intake = min(max(processed, 1), max_records)
+            elif processed:
+                intake = min(intake * 2, max_records)
             if messages or backlog:
                 self._pause_full()
             if self._paused:
@@ -237,12 +243,21 @@ class StreamThread(threading.Thread):
             return
         task.buffer(run)
 
-    def _process_buffered(self) -> bool:
+    def _process_buffered(self) -> tuple[int, bool]:
         """Process what the tasks buffer, a chunk per task in turn, until every buffer is empty (or waits for
-        another partition: max.task.idle.ms) or ``max.poll.processing.ms`` is spent. True if records are left."""
+        another partition: max.task.idle.ms) or ``max.poll.processing.ms`` is spent. Returns how many records
+        were processed, and whether the time ran out with records left.
+
+        When it did, the loop's next poll takes no more than this iteration processed (and twice as many after
+        each iteration that processed everything, up to ``consumer.max.poll.records``), so buffers stop growing
+        and the rest of the input waits in librdkafka's fetch queue (bounded by
+        ``consumer.queued.max.messages.kbytes``); a partition whose buffer still reaches
+        ``buffered.records.per.partition`` is paused (:meth:`_pause_full`). Pausing is the backstop, not the
+        steady state: librdkafka drops a paused partition's prefetched records, and on the embedded broker a
+        resumed partition gets its next records only 0.5-1 s later."""
         pending = [task for task in self.tasks.tasks.values() if task.buffered_records]
         if not pending:
-            return False
+            return 0, False
         started = time.perf_counter()
         deadline = started + self._processing_budget
         done = 0
@@ -267,7 +282,7 @@ class StreamThread(threading.Thread):
         self.processed += done
         if last is not None:
             self._observe_processing(started, last.last_processed)
-        return bool(pending)
+        return done, bool(pending)
 
     def _adapt_chunk(self, round_seconds: float) -> None:
         budget = self._processing_budget

@@ -379,6 +379,21 @@ class StreamTask:
             done += len(chunk)
         return done
 
+    def take_unprocessed(self) -> list[list[Any]]:
+        """Empty the buffers: the polled messages not processed yet, as runs of one partition each in offset
+        order (a task rebuilt while its partitions stay assigned hands them to its successor: the consumer's
+        position is past them)."""
+        if self.group is not None:
+            runs = [[record[3] for record in queue.records] for queue in self.group.queues.values() if queue.records]
+            self.group.clear()
+            return runs
+        runs = list(self._backlog)
+        if runs and self._backlog_start:
+            runs[0] = runs[0][self._backlog_start:]
+        self._backlog.clear()
+        self._backlog_records = self._backlog_start = 0
+        return runs
+
     def buffered_count(self, tp: TopicPartition) -> int:
         """Records of input partition ``tp`` buffered and not processed yet."""
         return self.group.size(tp) if self.group is not None else self._backlog_records

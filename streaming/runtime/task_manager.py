@@ -82,8 +82,10 @@ class TaskManager:
         for (sub_id, partition), tps in sorted(wanted.items()):
             task_id = task_id_of(sub_id, partition)
             existing = self.tasks.pop(task_id, None)
+            carried: list[Any] = []  # input the rebuilt task had polled but not processed
             if existing is not None:  # a task gains a partition (cooperative assignment): rebuild it
                 tps = sorted(set(tps) | set(existing.partitions))
+                carried = existing.take_unprocessed()
                 self._close(existing, clean=True)
             subtopology = self._subtopology_of[tps[0][0]]
             task = StreamTask(subtopology, partition, self._topology, self._config, self._collector, self._clock,
@@ -93,6 +95,10 @@ class TaskManager:
                 self.task_of[tp] = task
             if not self._open(task):
                 not_ready.extend(task.partitions)
+                task.pending.extend(carried)
+            else:
+                for run in carried:
+                    task.buffer(run)
         self._place_standbys()
         return not_ready
 
