@@ -36,10 +36,12 @@ WAITING_LOG_S = 5.0
 CLOSE_SETTLE_S = 1.0
 CLOSE_JOIN_WAIT_S = 10.0
 LAG_INTERVAL_MS = 1000  # how often the loop refreshes the lag per input partition (for /metrics)
-#: Processing goes round the tasks a chunk of records each; the chunk halves when a round takes more than this
-#: share of ``max.poll.processing.ms`` and doubles (up to ``consumer.max.poll.records``) when it takes less
-#: than a quarter of it, so the loop checks its time budget often without checking per record.
+#: Processing goes round the tasks a chunk of records each; after each round the chunk is sized from the
+#: measured time per record so that a round takes about this share of ``max.poll.processing.ms`` (at most
+#: ``consumer.max.poll.records``), so the loop checks its time budget often without checking per record.
 ROUND_SHARE = 0.25
+#: The chunk of the first round, before any time per record is known.
+FIRST_CHUNK = 100
 
 
 def wall_clock_ms() -> int:
@@ -82,7 +84,7 @@ class StreamThread(threading.Thread):
         self._cooperative = "cooperative" in config.consumer_config().get("partition.assignment.strategy", "")
         self._paused: set[tuple[str, int]] = set()  # paused by backpressure (see _pause_full)
         self._processing_budget = config["max.poll.processing.ms"] / 1000 or float("inf")
-        self._chunk = config.max_poll_records  # records per task per processing round (see ROUND_SHARE)
+        self._chunk = min(FIRST_CHUNK, config.max_poll_records)  # records per task per processing round (ROUND_SHARE)
         self._rate_limiter = thread_rate_limiter(config["processing.rate.limit.records"],
                                                  config["processing.rate.limit.bytes"], config["num.stream.threads"])
         self.backpressure_pauses = 0  # partitions paused because their buffer was full
@@ -266,15 +268,18 @@ class StreamThread(threading.Thread):
             round_started = time.perf_counter()
             chunk = self._chunk
             left = []
+            in_round = 0
             for task in pending:
                 count = task.process_next(chunk, self._caught_up)
                 if count:
-                    done += count
+                    in_round += count
                     last = task
                     if task.buffered_records:
                         left.append(task)
             now = time.perf_counter()
-            self._adapt_chunk(now - round_started)
+            done += in_round
+            if in_round:
+                self._size_chunk(now - round_started, in_round)
             pending = left
             if pending and now >= deadline:
                 self.time_cap_hits += 1
@@ -284,12 +289,13 @@ class StreamThread(threading.Thread):
             self._observe_processing(started, last.last_processed)
         return done, bool(pending)
 
-    def _adapt_chunk(self, round_seconds: float) -> None:
-        budget = self._processing_budget
-        if round_seconds > budget * ROUND_SHARE and self._chunk > 1:
-            self._chunk //= 2
-        elif round_seconds < budget * ROUND_SHARE / 4 and self._chunk < self.config.max_poll_records:
-            self._chunk = min(self._chunk * 2, self.config.max_poll_records)
+    def _size_chunk(self, round_seconds: float, records: int) -> None:
+        """Size the next round's chunk (records per task) to take about ROUND_SHARE of the time budget."""
+        if self._processing_budget == float("inf") or round_seconds <= 0:
+            self._chunk = self.config.max_poll_records
+            return
+        fits = self._processing_budget * ROUND_SHARE * records / round_seconds
+        self._chunk = max(1, min(int(fits), self.config.max_poll_records))
 
     def _throttle(self, max_records: int, poll_seconds: float, busy: bool) -> int:
         """Under a rate limit: how many records the next poll may take. When the limit allows none, sleep until

@@ -85,7 +85,7 @@ class TaskManager:
             carried: list[Any] = []  # input the rebuilt task had polled but not processed
             if existing is not None:  # a task gains a partition (cooperative assignment): rebuild it
                 tps = sorted(set(tps) | set(existing.partitions))
-                carried = existing.take_unprocessed()
+                carried = [*existing.pending, *existing.take_unprocessed()]
                 self._close(existing, clean=True)
             subtopology = self._subtopology_of[tps[0][0]]
             task = StreamTask(subtopology, partition, self._topology, self._config, self._collector, self._clock,

@@ -4,14 +4,16 @@ limit holds, a full producer queue is waited out. Every test checks its output a
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import time
 from typing import Any
 
 import pytest
 
-from streaming import KafkaStreams, Serdes, StreamsBuilder
+from streaming import KafkaStreams, Serdes, StreamsBuilder, Topology
 from streaming.admin import create_topics
+from streaming.processor import Processor, ProcessorContext, PunctuationType, Record
 from streaming.testing.generators import GeneratedRecord
 from streaming.testing.kafka import produce, read_topic, wait_for
 
@@ -85,6 +87,54 @@ def test_a_partition_paused_by_backpressure_resumes(bootstrap: str, unique_name:
     assert final["backpressure_pauses"] > 0, "no partition was ever paused"
     assert final["backpressure_resumes"] == final["backpressure_pauses"]
     assert_oracle(read_topic(bootstrap, sink, Serdes.String(), Serdes.Json(), 1), inputs)
+
+
+class SlowWithTicks(Processor):
+    """2 ms a record, and a wall-clock punctuator every 50 ms that records when it fired."""
+
+    def __init__(self, ticks: list[float], processed: list[int]) -> None:
+        self.ticks = ticks
+        self.processed = processed
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        context.schedule(50, PunctuationType.WALL_CLOCK_TIME, lambda timestamp: self.ticks.append(time.monotonic()))
+
+    def process(self, record: Record) -> None:
+        time.sleep(0.002)
+        self.processed.append(1)
+
+
+def test_the_processing_time_cap_keeps_punctuators_on_time(bootstrap: str, unique_name: str) -> None:
+    """Polls of 1,000 records at 2 ms a record would take 2 s each; ``max.poll.processing.ms=100`` sends the
+    loop back to punctuate (and poll, and commit) every ~100 ms, so a 50 ms wall-clock punctuator never
+    waits much longer than that while the input is processed."""
+    source = f"{unique_name}-in"
+    create_topics(bootstrap, {source: 1})
+    inputs = sequenced(2000, 10)
+    produce(bootstrap, source, inputs, Serdes.String(), Serdes.Json())
+    ticks: list[float] = []
+    processed: list[int] = []
+    topology = Topology().add_source("in", source).add_processor("slow", lambda: SlowWithTicks(ticks, processed), "in")
+    streams = KafkaStreams(topology, config(bootstrap, unique_name, **{
+        "max.poll.processing.ms": 100, "consumer.max.poll.records": 1000, "buffered.records.per.partition": 5000}))
+    streams.start()
+    try:
+        wait_for(lambda: len(processed) >= 100, 60, "processing to start")
+        started = time.monotonic()
+        wait_for(lambda: len(processed) >= len(inputs), 60, "every record to be processed")
+        finished = time.monotonic()
+        cap_hits = metric(streams, "brook_processing_time_cap_hits")
+    finally:
+        assert streams.close(30)
+    assert streams.exception is None
+    during = [t for t in ticks if started <= t <= finished]
+    gaps = [b - a for a, b in itertools.pairwise(during)]
+    print(f"time cap: {len(during)} punctuations in {finished - started:.1f} s of processing, longest gap "
+          f"{max(gaps):.3f} s, {cap_hits:.0f} iterations stopped at the cap")
+    assert cap_hits >= 1
+    assert len(during) >= (finished - started) / 0.5
+    assert max(gaps) < 0.6, f"a punctuation waited {max(gaps):.2f} s"
 
 
 @pytest.mark.parametrize("limit", ["records", "bytes"])
