@@ -42,6 +42,9 @@ LAG_INTERVAL_MS = 1000  # how often the loop refreshes the lag per input partiti
 ROUND_SHARE = 0.25
 #: The chunk of the first round, before any time per record is known.
 FIRST_CHUNK = 100
+#: The time per record is a running average over rounds, each round's weight decaying by this factor per round
+#: (records cost unevenly: one slow record among a hundred fast ones must not make the next chunk huge).
+RECORD_TIME_DECAY = 0.9
 
 
 def wall_clock_ms() -> int:
@@ -85,6 +88,7 @@ class StreamThread(threading.Thread):
         self._paused: set[tuple[str, int]] = set()  # paused by backpressure (see _pause_full)
         self._processing_budget = config["max.poll.processing.ms"] / 1000 or float("inf")
         self._chunk = min(FIRST_CHUNK, config.max_poll_records)  # records per task per processing round (ROUND_SHARE)
+        self._round_seconds = self._round_records = 0.0  # decayed sums behind the time per record (_size_chunk)
         self._rate_limiter = thread_rate_limiter(config["processing.rate.limit.records"],
                                                  config["processing.rate.limit.bytes"], config["num.stream.threads"])
         self.backpressure_pauses = 0  # partitions paused because their buffer was full
@@ -171,10 +175,11 @@ class StreamThread(threading.Thread):
                 if limiter is not None:
                     limiter.charge(messages)
                 self._dispatch(messages, task_of)
+            started = time.perf_counter()
             processed, backlog = self._process_buffered()
             if backlog:  # the time cap cut processing short: take no more than it processes
                 intake = min(max(processed, 1), max_records)
-            elif processed:
+            elif processed and time.perf_counter() - started < self._processing_budget / 2:
                 intake = min(intake * 2, max_records)
             if messages or backlog:
                 self._pause_full()
@@ -251,7 +256,8 @@ class StreamThread(threading.Thread):
         were processed, and whether the time ran out with records left.
 
         When it did, the loop's next poll takes no more than this iteration processed (and twice as many after
-        each iteration that processed everything, up to ``consumer.max.poll.records``), so buffers stop growing
+        each iteration that processed everything in half the time, up to ``consumer.max.poll.records``), so
+        buffers stop growing
         and the rest of the input waits in librdkafka's fetch queue (bounded by
         ``consumer.queued.max.messages.kbytes``); a partition whose buffer still reaches
         ``buffered.records.per.partition`` is paused (:meth:`_pause_full`). Pausing is the backstop, not the
@@ -290,11 +296,14 @@ class StreamThread(threading.Thread):
         return done, bool(pending)
 
     def _size_chunk(self, round_seconds: float, records: int) -> None:
-        """Size the next round's chunk (records per task) to take about ROUND_SHARE of the time budget."""
-        if self._processing_budget == float("inf") or round_seconds <= 0:
+        """Size the next round's chunk (records per task) to take about ROUND_SHARE of the time budget, from
+        the average time per record of the recent rounds."""
+        if self._processing_budget == float("inf"):
             self._chunk = self.config.max_poll_records
             return
-        fits = self._processing_budget * ROUND_SHARE * records / round_seconds
+        self._round_seconds = self._round_seconds * RECORD_TIME_DECAY + round_seconds
+        self._round_records = self._round_records * RECORD_TIME_DECAY + records
+        fits = self._processing_budget * ROUND_SHARE * self._round_records / max(self._round_seconds, 1e-9)
         self._chunk = max(1, min(int(fits), self.config.max_poll_records))
 
     def _throttle(self, max_records: int, poll_seconds: float, busy: bool) -> int:
