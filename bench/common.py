@@ -497,7 +497,15 @@ def verify_output(
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process (stdlib; ru_maxrss is KiB on Linux, bytes on macOS)."""
+    """Peak resident set size of this process: ``VmHWM`` on Linux, else ru_maxrss (KiB on Linux, bytes on
+    macOS). Not ru_maxrss on Linux: it is carried across ``execve``, so a spawned child (every benchmark side)
+    would report at least its parent's RSS at the spawn (measured: a child of a 300 MB parent said 313 MB)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
 

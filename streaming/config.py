@@ -65,6 +65,7 @@ PRODUCER_DEFAULTS = {
     "linger.ms": "5",
     "enable.idempotence": "true",
 }
+MAX_POLL_RECORDS_LIMIT = 1_000_000
 # Keys Brook reads itself and so never passes to librdkafka.
 CONSUMER_BROOK_KEYS = {"consumer.max.poll.records"}
 # librdkafka keys the runtime owns; the user may not override them.
@@ -82,6 +83,13 @@ def _int(minimum: int | None = None) -> Callable[[Any], int]:
             raise ValueError(f"must be >= {minimum}")
         return number
     return convert
+
+
+def _max_poll_records(value: Any) -> int:
+    number = _int(1)(value)
+    if number > MAX_POLL_RECORDS_LIMIT:
+        raise ValueError(f"must be at most {MAX_POLL_RECORDS_LIMIT:,} (confluent-kafka's consume() limit)")
+    return number
 
 
 def _port(value: Any) -> int:
@@ -175,7 +183,14 @@ KEYS: dict[str, _Key] = {
     "processing.exception.handler": _Key(resolve_handler, "fail"),
     "production.exception.handler": _Key(resolve_handler, "fail"),
     "max.task.idle.ms": _Key(_int(-1), 0),
+    # Backpressure (README "Throttling and backpressure"): a partition whose task buffers this many records
+    # is paused until its buffer is half drained; one loop iteration processes buffered records for at most
+    # max.poll.processing.ms (0: no cap) before it polls, punctuates and commits again; the instance takes
+    # at most this many input records / key+value bytes per second, split over its stream threads (0: off).
     "buffered.records.per.partition": _Key(_int(1), 1000),
+    "max.poll.processing.ms": _Key(_int(0), 1000),
+    "processing.rate.limit.records": _Key(_int(0), 0),
+    "processing.rate.limit.bytes": _Key(_int(0), 0),
     "application.server": _Key(_host_port, ""),
     # A name for this instance that stays the same across its restarts (a host name, a pod name). It makes
     # the ids the instance's clients present stable: static membership (``group.instance.id``) and the
@@ -218,7 +233,7 @@ class StreamsConfig:
                     raise ConfigError(f"invalid value {shown} for config key '{key}': {exc}") from None
             elif key in CONSUMER_BROOK_KEYS:
                 try:
-                    self._brook_client_keys[key] = _int(1)(raw)
+                    self._brook_client_keys[key] = _max_poll_records(raw)
                 except (ValueError, TypeError) as exc:
                     raise ConfigError(f"invalid value {raw!r} for config key '{key}': {exc}") from None
             elif key.startswith(CLIENT_PREFIXES):

@@ -40,6 +40,20 @@ class TaskSample:
 
 
 @dataclass(frozen=True)
+class BackpressureSample:
+    """What one stream thread's throttling and backpressure did (README "Throttling and backpressure")."""
+
+    buffered: int = 0  # input records buffered, not processed yet
+    paused: int = 0  # input partitions paused now because their buffer is full
+    pauses: int = 0  # partitions paused so far
+    resumes: int = 0
+    time_cap_hits: int = 0  # loop iterations that stopped processing at max.poll.processing.ms
+    throttled_seconds: float = 0.0  # time the rate limit held the thread back
+    queue_full: int = 0  # sends that waited for room in the producer's queue
+    queue_full_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class ThreadSample:
     """What one stream thread reports."""
 
@@ -56,6 +70,7 @@ class ThreadSample:
     record_errors: dict[tuple[str, str], int] = field(default_factory=dict)  # (stage, action) -> records
     restored: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (store, topic, partition) -> records
     restores: list[RestoreSample] = field(default_factory=list)
+    backpressure: BackpressureSample = field(default_factory=BackpressureSample)
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,7 @@ class StreamsCollector(Collector):
         yield from _thread_families(app, sample.threads)
         yield from _task_families(app, sample.threads)
         yield from _restore_families(app, sample.threads)
+        yield from _backpressure_families(app, sample.threads)
 
 
 def _instance_families(sample: InstanceSample) -> Iterator[Metric]:
@@ -155,6 +171,32 @@ def _restore_families(app: str, threads: list[ThreadSample]) -> Iterator[Metric]
             remaining.add_metric([app, thread.name, r.task, r.store, r.topic, str(r.partition),
                                   str(r.standby).lower()], r.remaining)
     yield from (restored, remaining)
+
+
+def _backpressure_families(app: str, threads: list[ThreadSample]) -> Iterator[Metric]:
+    labels = ["application_id", "thread"]
+    families = {
+        "buffered": GaugeMetricFamily("brook_buffered_records", "Input records polled and buffered, not processed "
+                                      "yet", labels=labels),
+        "paused": GaugeMetricFamily("brook_paused_partitions", "Input partitions paused because their buffer holds "
+                                    "buffered.records.per.partition records", labels=labels),
+        "pauses": CounterMetricFamily("brook_backpressure_pauses", "Input partitions paused because their buffer "
+                                      "was full", labels=labels),
+        "resumes": CounterMetricFamily("brook_backpressure_resumes", "Paused input partitions resumed once their "
+                                       "buffer was half drained", labels=labels),
+        "time_cap_hits": CounterMetricFamily("brook_processing_time_cap_hits", "Loop iterations that stopped "
+                                             "processing at max.poll.processing.ms", labels=labels),
+        "throttled_seconds": CounterMetricFamily("brook_throttled_seconds", "Time the rate limit "
+                                                 "(processing.rate.limit.*) held the thread back", labels=labels),
+        "queue_full": CounterMetricFamily("brook_producer_queue_full", "Sends that waited for room in the "
+                                          "producer's queue (queue.buffering.max.*)", labels=labels),
+        "queue_full_seconds": CounterMetricFamily("brook_producer_queue_full_seconds", "Time sends waited for room "
+                                                  "in the producer's queue", labels=labels),
+    }
+    for thread in threads:
+        for attribute, family in families.items():
+            family.add_metric([app, thread.name], getattr(thread.backpressure, attribute))
+    yield from families.values()
 
 
 def _bound(bound: float) -> str:

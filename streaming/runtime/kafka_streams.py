@@ -213,7 +213,10 @@ class KafkaStreams:
         """Counters of the stream threads: records processed, commits, rebalances, tasks, records the DSL
         skipped on purpose (null keys or values) in the tasks currently running, and what the error
         handlers did: ``skipped_records`` (log_and_continue, or a handler's "continue"),
-        ``dead_letter_records`` (written to ``<application.id>-dlq``), ``record_errors`` (both, per stage)."""
+        ``dead_letter_records`` (written to ``<application.id>-dlq``), ``record_errors`` (both, per stage), and
+        what backpressure did: ``backpressure_pauses`` / ``backpressure_resumes`` (partitions paused because
+        their buffer was full, and resumed), ``producer_queue_full`` (sends that waited for the producer's queue)."""
+        backpressure = [t.backpressure_sample() for t in self._threads]
         return {
             **merge_metrics([t.errors.metrics() for t in self._threads]),
             "records_processed": sum(t.processed for t in self._threads),
@@ -223,6 +226,9 @@ class KafkaStreams:
             "rebalances": sum(t.rebalances for t in self._threads),
             "last_commit_latency_ms": max((t.last_commit_ms for t in self._threads), default=0.0),
             "tasks": sorted(task for t in self._threads for task in t.tasks.tasks),
+            "backpressure_pauses": sum(b.pauses for b in backpressure),
+            "backpressure_resumes": sum(b.resumes for b in backpressure),
+            "producer_queue_full": sum(b.queue_full for b in backpressure),
         }
 
     # -- Prometheus metrics (logic in streaming.metrics) --------------------------------------------------------------

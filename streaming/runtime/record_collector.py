@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -13,7 +14,13 @@ from streaming.runtime.broker_waits import BROKER_WAITS
 from streaming.runtime.error_handlers import PRODUCTION, ErrorContext, fail_always
 from streaming.runtime.streams_producer import StreamsProducer
 
+log = logging.getLogger(__name__)
+
 UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: let the producer's partitioner choose
+#: While the producer's queue is full, serve delivery reports for this long between attempts to send.
+QUEUE_FULL_POLL_S = 0.05
+#: A stall of the producer queue is logged at most once per this many seconds (the next line counts the rest).
+QUEUE_FULL_LOG_INTERVAL_S = 10.0
 #: Delivery errors about the record itself, which production.exception.handler may skip; any other
 #: (timeouts, authorization, a lost broker) always stops the thread.
 RECORD_ERRORS = frozenset(getattr(KafkaError, name) for name in (
@@ -43,6 +50,11 @@ class KafkaRecordCollector:
     (``errors``) when the failure is about the record (:data:`RECORD_ERRORS`) and the topic is not one
     ``always_fail(topic)`` names (changelogs, the dead-letter topic), else it raises
     :class:`ProductionError`, so offsets are never committed past a lost output.
+
+    A full producer queue (``queue.buffering.max.messages`` / ``.kbytes``: librdkafka's QUEUE_FULL, a
+    ``BufferError``) is waited out, never dropped: ``send`` serves delivery reports until there is room and
+    sends the same record again (:meth:`_send_when_room`). If the broker never acknowledges, the queued
+    records fail after ``message.timeout.ms`` and the failure is raised as above.
     """
 
     def __init__(self, make_producer: Callable[[Callable[[Any, Any], None]], StreamsProducer],
@@ -54,6 +66,10 @@ class KafkaRecordCollector:
         self._produce = self.producer.produce
         self._metadata_client = metadata_client
         self._partition_counts: dict[str, int] = {}
+        self.queue_full_stalls = 0  # sends that waited for room in the producer's queue
+        self.queue_full_seconds = 0.0
+        self._stall_logged_at = -QUEUE_FULL_LOG_INTERVAL_S
+        self._stalls_logged = 0
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
@@ -69,18 +85,35 @@ class KafkaRecordCollector:
             else:
                 self._produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
         except BufferError:
-            # The producer queue is full: serve delivery reports until there is room, then send.
+            self._send_when_room(topic, key, value, timestamp, headers, partition)
+        except Exception as exc:
+            raise ProductionError(f"cannot send to topic {topic!r} (partition {partition}): {exc}") from exc
+
+    def _send_when_room(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
+                        partition: int) -> None:
+        """The producer's queue is full: serve delivery reports until there is room, then send the record."""
+        started = time.monotonic()
+        self.queue_full_stalls += 1
+        if started - self._stall_logged_at >= QUEUE_FULL_LOG_INTERVAL_S:
+            log.warning("producer queue full sending to topic %r: waiting for the broker to acknowledge records "
+                        "(%d stalls since the last such line, %.1f s waited in all; the queue is bounded by the "
+                        "producer.queue.buffering.max.messages / .kbytes settings)", topic,
+                        self.queue_full_stalls - self._stalls_logged, self.queue_full_seconds)
+            self._stall_logged_at, self._stalls_logged = started, self.queue_full_stalls
+        try:
             while True:
-                self.producer.poll(0.05)
+                self.producer.poll(QUEUE_FULL_POLL_S)
                 try:
                     self._produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
-                    break
+                    return
                 except BufferError:
                     continue
         except (TaskMigratedError, TaskCorruptedError):  # exactly-once: the transaction failed, not this record
             raise
         except Exception as exc:
             raise ProductionError(f"cannot send to topic {topic!r} (partition {partition}): {exc}") from exc
+        finally:
+            self.queue_full_seconds += time.monotonic() - started
 
     def poll(self) -> None:
         """Serve delivery reports without blocking (call once per loop)."""

@@ -13,12 +13,13 @@ from confluent_kafka.admin import AdminClient
 
 from streaming.config import StreamsConfig
 from streaming.errors import StreamsError, TaskCorruptedError, TaskMigratedError
-from streaming.metrics.collector import TaskSample, ThreadSample
+from streaming.metrics.collector import BackpressureSample, TaskSample, ThreadSample
 from streaming.metrics.histogram import Histogram
 from streaming.naming import dead_letter_topic, is_stream_time_topic, store_of_changelog
 from streaming.runtime.changelog_reader import StateRestoreListener, StoreChangelogReader
 from streaming.runtime.dead_letters import DeadLetterWriter
 from streaming.runtime.error_handlers import configured_handlers
+from streaming.runtime.rate_limit import thread_rate_limiter
 from streaming.runtime.record_collector import KafkaRecordCollector
 from streaming.runtime.snapshots import SnapshotSource
 from streaming.runtime.state_directory import StateDirectory
@@ -38,6 +39,15 @@ WAITING_LOG_S = 5.0
 CLOSE_SETTLE_S = 1.0
 CLOSE_JOIN_WAIT_S = 10.0
 LAG_INTERVAL_MS = 1000  # how often the loop refreshes the lag per input partition (for /metrics)
+#: Processing goes round the tasks a chunk of records each; after each round the chunk is sized from the
+#: measured time per record so that a round takes about this share of ``max.poll.processing.ms`` (at most
+#: ``consumer.max.poll.records``), so the loop checks its time budget often without checking per record.
+ROUND_SHARE = 0.25
+#: The chunk of the first round, before any time per record is known.
+FIRST_CHUNK = 100
+#: The time per record is a running average over rounds, each round's weight decaying by this factor per round
+#: (records cost unevenly: one slow record among a hundred fast ones must not make the next chunk huge).
+RECORD_TIME_DECAY = 0.9
 
 
 def wall_clock_ms() -> int:
@@ -84,14 +94,23 @@ class StreamThread(threading.Thread):
                                      stream_time_topics(topology, config.application_id)))
         self._offset_resets = self.tasks.offset_resets()
         self._cooperative = "cooperative" in config.consumer_config().get("partition.assignment.strategy", "")
-        self._paused: set[tuple[str, int]] = set()
+        self._paused: set[tuple[str, int]] = set()  # paused by backpressure (see _pause_full)
+        self._processing_budget = config["max.poll.processing.ms"] / 1000 or float("inf")
+        self._chunk = min(FIRST_CHUNK, config.max_poll_records)  # records per task per processing round (ROUND_SHARE)
+        self._round_seconds = self._round_records = 0.0  # decayed sums behind the time per record (_size_chunk)
+        self._rate_limiter = thread_rate_limiter(config["processing.rate.limit.records"],
+                                                 config["processing.rate.limit.bytes"], config["num.stream.threads"])
+        self.backpressure_pauses = 0  # partitions paused because their buffer was full
+        self.backpressure_resumes = 0
+        self.time_cap_hits = 0  # loop iterations that stopped processing at max.poll.processing.ms
+        self.throttled_seconds = 0.0  # time the rate limit held the thread back
         self._start_offsets: dict[tuple[str, int], int] = {}  # see _start_offset
         self._waiting_since: float | None = None  # since when the thread waits for an assignment
         self._last_waiting_log = 0.0
         self.processed = 0
         self.rebalances = 0
-        self.process_latency = Histogram()  # per polled batch
-        self.e2e_latency = Histogram()  # the last record of each batch: its timestamp to the end of processing
+        self.process_latency = Histogram()  # per loop iteration that processed records
+        self.e2e_latency = Histogram()  # per such iteration, its last record: its timestamp to the end of processing
         self.lag: dict[tuple[str, int], int] = {}  # per input partition, refreshed every LAG_INTERVAL_MS
 
     # -- life cycle ------------------------------------------------------------------------------------------
@@ -136,6 +155,10 @@ class StreamThread(threading.Thread):
 
     # -- the loop ----------------------------------------------------------------------------------------------
     def _loop(self) -> None:
+        """Each iteration: poll (at most ``consumer.max.poll.records``; fewer after an iteration that ran out of
+        time, or under a rate limit), process what the tasks buffer for at most ``max.poll.processing.ms``, pause
+        partitions whose buffer is full and resume drained ones, then serve delivery reports, punctuate and
+        commit when due."""
         consume = self.consumer.consume
         max_records = self.config.max_poll_records
         poll_seconds = self.config["poll.ms"] / 1000
@@ -143,6 +166,9 @@ class StreamThread(threading.Thread):
         next_commit = wall_clock_ms() + commit_interval
         next_lag = 0
         task_of = self.tasks.task_of
+        limiter = self._rate_limiter
+        intake = max_records  # records the next poll may take (see _process_buffered)
+        backlog = False  # records left buffered by the last iteration: poll without waiting
         while not self._stopping.is_set():
             if self._waiting_since is not None:
                 self._log_waiting()
@@ -154,22 +180,28 @@ class StreamThread(threading.Thread):
                     self._on_state(self, "RUNNING")
             else:
                 self.tasks.catch_up_standbys(max_records * 5)
-            # What is fetched already, at once; only when there is nothing, wait up to poll.ms for the first record.
-            # (consume(n, timeout) waits until it has n records or the timeout passed: at a low rate every batch
-            # would wait the whole poll.ms.)
-            messages = consume(max_records, 0)
-            if not messages and not self.tasks.restoring:
+            busy = backlog or self.tasks.restoring
+            take = intake if limiter is None else self._throttle(intake, poll_seconds, busy)
+            # What is fetched already, at once; only when there is nothing (and nothing waits), wait up to poll.ms
+            # for the first record. (consume(n, timeout) waits until it has n records or the timeout passed: at a
+            # low rate every batch would wait the whole poll.ms.)
+            messages = consume(take, 0)
+            if not messages and not busy:
                 messages = consume(1, poll_seconds)
-            started = time.perf_counter()
             if messages:
+                if limiter is not None:
+                    limiter.charge(messages)
                 self._dispatch(messages, task_of)
-                self.processed += len(messages)
-            if self._paused or any(t.group is not None for t in self.tasks.tasks.values()):
-                self.tasks.process_buffered(max_records, self._caught_up)
+            started = time.perf_counter()
+            processed, backlog = self._process_buffered()
+            if backlog:  # the time cap cut processing short: take no more than it processes
+                intake = min(max(processed, 1), max_records)
+            elif processed and time.perf_counter() - started < self._processing_budget / 2:
+                intake = min(intake * 2, max_records)
+            if messages or backlog:
                 self._pause_full()
+            if self._paused:
                 self._resume_drained()
-            if messages:
-                self._observe_batch(messages, started)
             self.collector.poll()
             now = wall_clock_ms()
             if now >= next_lag:
@@ -312,10 +344,78 @@ class StreamThread(threading.Thread):
         if not task.initialized:  # fetched before the pause took effect: keep it for after the restore
             task.pending.append(run)
             return
-        if task.group is None:
-            task.process_messages(run)
+        task.buffer(run)
+
+    def _process_buffered(self) -> tuple[int, bool]:
+        """Process what the tasks buffer, a chunk per task in turn, until every buffer is empty (or waits for
+        another partition: max.task.idle.ms) or ``max.poll.processing.ms`` is spent. Returns how many records
+        were processed, and whether the time ran out with records left.
+
+        When it did, the loop's next poll takes no more than this iteration processed (and twice as many after
+        each iteration that processed everything in half the time, up to ``consumer.max.poll.records``), so
+        buffers stop growing
+        and the rest of the input waits in librdkafka's fetch queue (bounded by
+        ``consumer.queued.max.messages.kbytes``); a partition whose buffer still reaches
+        ``buffered.records.per.partition`` is paused (:meth:`_pause_full`). Pausing is the backstop, not the
+        steady state: librdkafka drops a paused partition's prefetched records, and on the embedded broker a
+        resumed partition gets its next records only 0.5-1 s later."""
+        pending = [task for task in self.tasks.tasks.values() if task.buffered_records]
+        if not pending:
+            return 0, False
+        started = time.perf_counter()
+        deadline = started + self._processing_budget
+        done = 0
+        last: StreamTask | None = None
+        while pending:
+            round_started = time.perf_counter()
+            chunk = self._chunk
+            left = []
+            in_round = 0
+            for task in pending:
+                count = task.process_next(chunk, self._caught_up)
+                if count:
+                    in_round += count
+                    last = task
+                    if task.buffered_records:
+                        left.append(task)
+            now = time.perf_counter()
+            done += in_round
+            if in_round:
+                self._size_chunk(now - round_started, in_round)
+            pending = left
+            if pending and now >= deadline:
+                self.time_cap_hits += 1
+                break
+        self.processed += done
+        if last is not None:
+            self._observe_processing(started, last.last_processed)
+        return done, bool(pending)
+
+    def _size_chunk(self, round_seconds: float, records: int) -> None:
+        """Size the next round's chunk (records per task) to take about ROUND_SHARE of the time budget, from
+        the average time per record of the recent rounds."""
+        if self._processing_budget == float("inf"):
+            self._chunk = self.config.max_poll_records
             return
-        task.add_messages(run)
+        self._round_seconds = self._round_seconds * RECORD_TIME_DECAY + round_seconds
+        self._round_records = self._round_records * RECORD_TIME_DECAY + records
+        fits = self._processing_budget * ROUND_SHARE * self._round_records / max(self._round_seconds, 1e-9)
+        self._chunk = max(1, min(int(fits), self.config.max_poll_records))
+
+    def _throttle(self, max_records: int, poll_seconds: float, busy: bool) -> int:
+        """Under a rate limit: how many records the next poll may take. When the limit allows none, sleep until
+        it does, at most ``poll.ms`` (not while records wait to be processed or stores restore), then take one:
+        a poll returns records queued before any rebalance it serves; what it takes is charged."""
+        limiter = self._rate_limiter
+        assert limiter is not None
+        allowed = limiter.allowance(max_records)
+        if allowed:
+            return allowed
+        if not busy:
+            pause = min(limiter.wait_seconds(), poll_seconds)
+            time.sleep(pause)
+            self.throttled_seconds += pause
+        return max(limiter.allowance(max_records), 1)
 
     def _start_processing(self, task: StreamTask) -> None:
         """A task finished restoring: resume its partitions and process what arrived meanwhile."""
@@ -355,25 +455,37 @@ class StreamThread(threading.Thread):
 
     def _pause_full(self) -> None:
         """Pause the partitions that still buffer ``buffered.records.per.partition`` records after a round of
-        processing (their task waits for another partition, or they arrive faster than it takes them).
+        processing (they arrive faster than their task takes them, or their task waits for another partition).
 
         Checked after processing, not when records arrive: one poll returns thousands of records of one
         partition, and librdkafka drops a paused partition's prefetched records and fetches them again on
         resume, so pausing on arrival refetched every partition of a multi-partition task (a join) all the
         time."""
         limit = self.config["buffered.records.per.partition"]
-        full = [tp for task in self.tasks.tasks.values() if task.group is not None
+        full = [tp for task in self.tasks.tasks.values() if task.buffered_records
                 for tp in task.partitions if tp not in self._paused and task.buffered_count(tp) >= limit]
         if full:
+            if not self.backpressure_pauses:
+                log.info("%s pauses input partitions whose buffer holds buffered.records.per.partition=%d records "
+                         "(processing is slower than input); they resume when half drained. Metrics: "
+                         "brook_paused_partitions, brook_backpressure_pauses_total", self.name, limit)
+            log.debug("%s pauses %s: buffers full", self.name, full)
             self.consumer.pause([TopicPartition(*tp) for tp in full])
             self._paused.update(full)
+            self.backpressure_pauses += len(full)
 
     def _resume_drained(self) -> None:
+        """Resume the paused partitions whose buffer is down to half of ``buffered.records.per.partition``
+        (forget those no task of this thread owns any more: a rebalance took them)."""
         limit = self.config["buffered.records.per.partition"]
         task_of = self.tasks.task_of
-        ready = [tp for tp in self._paused if tp not in task_of or task_of[tp].buffered_count(tp) < limit // 2]
+        ready = [tp for tp in self._paused if tp not in task_of or task_of[tp].buffered_count(tp) <= limit // 2]
         if ready:
-            self.consumer.resume([TopicPartition(*tp) for tp in ready if tp in task_of])
+            owned = [tp for tp in ready if tp in task_of]
+            if owned:
+                log.debug("%s resumes %s: buffers drained", self.name, owned)
+                self.consumer.resume([TopicPartition(*tp) for tp in owned])
+                self.backpressure_resumes += len(owned)
             self._paused.difference_update(ready)
 
     def _consumer_error(self, message: Any) -> None:
@@ -385,15 +497,14 @@ class StreamThread(threading.Thread):
         log.warning("consumer error on %s[%s]: %s", message.topic(), message.partition(), error)
 
     # -- counters ------------------------------------------------------------------------------------------------
-    def _observe_batch(self, messages: list[Any], started: float) -> None:
-        """Per batch, never per record: its processing time, and the end-to-end latency of its last record."""
+    def _observe_processing(self, started: float, last: Any) -> None:
+        """Per loop iteration that processed records, never per record: how long it processed, and the
+        end-to-end latency of the last record it processed."""
         self.process_latency.observe(time.perf_counter() - started)
-        for message in reversed(messages):
-            if message.error() is None:
-                timestamp = message.timestamp()[1]
-                if timestamp > 0:
-                    self.e2e_latency.observe(max(time.time() * 1000 - timestamp, 0.0) / 1000)
-                return
+        if last is not None:
+            timestamp = last.timestamp()[1]
+            if timestamp > 0:
+                self.e2e_latency.observe(max(time.time() * 1000 - timestamp, 0.0) / 1000)
 
     def _update_lag(self) -> None:
         """Lag per input partition: the high watermark of the last fetch (``cached=True``: the Fetch response's,
@@ -423,7 +534,16 @@ class StreamThread(threading.Thread):
             tasks={"active": active, "restoring": len(tasks) - active, "standby": len(self.tasks.standby)},
             lag=dict(self.lag), task_samples=[TaskSample(t.id, t.dropped_records, t.late_records) for t in tasks],
             record_errors=dict(self.errors.by_action), restored=dict(self.changelog_reader.restored),
-            restores=self.changelog_reader.progress())
+            restores=self.changelog_reader.progress(), backpressure=self.backpressure_sample(tasks))
+
+    def backpressure_sample(self, tasks: list[StreamTask] | None = None) -> BackpressureSample:
+        """What throttling and backpressure did on this thread (called from other threads: reads only)."""
+        tasks = list(self.tasks.tasks.values()) if tasks is None else tasks
+        return BackpressureSample(
+            buffered=sum(task.buffered_records for task in tasks),
+            paused=len(self._paused), pauses=self.backpressure_pauses, resumes=self.backpressure_resumes,
+            time_cap_hits=self.time_cap_hits, throttled_seconds=self.throttled_seconds,
+            queue_full=self.collector.queue_full_stalls, queue_full_seconds=self.collector.queue_full_seconds)
 
     @property
     def commits(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -109,6 +110,11 @@ class StreamTask:
             self.group = PartitionGroup(self.partitions, config["max.task.idle.ms"])
         self.initialized = False  # processors are built after the stores are restored
         self.pending: list[Any] = []  # input that arrived before the task could process it
+        # Single-partition tasks: polled runs of messages not processed yet (see buffer / process_next).
+        self._backlog: deque[list[Any]] = deque()
+        self._backlog_start = 0  # index in _backlog[0] of its first unprocessed message
+        self._backlog_records = 0
+        self.last_processed: Any = None  # the last input message processed (for latency sampling)
         self.state = ProcessorStateManager(config["state.dir"], self.application_id, self.id, partition)
         self.stores: dict[str, Any] = {}
         self.global_stores: dict[str, Any] = topology.global_state_stores  # read-only views, shared
@@ -338,12 +344,67 @@ class StreamTask:
                 done += 1
             finally:
                 self.current = None
+        if message is not None:
+            self.last_processed = message
         if self.stream_time >= self._stream_punctuations.next_time:
             self._punctuate(self._stream_punctuations, self.stream_time)
         return done
 
+    def buffer(self, messages: list[Any]) -> None:
+        """Keep polled messages of ONE partition until :meth:`process_next` takes them (a multi-partition
+        task deserializes them now, to order them by timestamp: :meth:`add_messages`)."""
+        if self.group is not None:
+            self.add_messages(messages)
+        else:
+            self._backlog.append(messages)
+            self._backlog_records += len(messages)
+
+    @property
+    def buffered_records(self) -> int:
+        """Input records buffered and not processed yet (all partitions)."""
+        return self._backlog_records if self.group is None else self.group.buffered
+
+    def process_next(self, max_records: int, caught_up: Callable[[TopicPartition], bool] | None = None) -> int:
+        """Process up to ``max_records`` buffered records: in offset order, or for a multi-partition task lowest
+        timestamp first (:meth:`process_buffered`, which may wait for an empty partition). Returns how many."""
+        if self.group is not None:
+            return self.process_buffered(max_records, caught_up)
+        done = 0
+        backlog = self._backlog
+        while backlog and done < max_records:
+            run = backlog[0]
+            start = self._backlog_start
+            stop = min(len(run), start + max_records - done)
+            chunk = run if start == 0 and stop == len(run) else run[start:stop]
+            if stop == len(run):
+                backlog.popleft()
+                self._backlog_start = 0
+            else:
+                self._backlog_start = stop
+            self._backlog_records -= len(chunk)
+            self.process_messages(chunk)
+            self.last_processed = chunk[-1]
+            done += len(chunk)
+        return done
+
+    def take_unprocessed(self) -> list[list[Any]]:
+        """Empty the buffers: the polled messages not processed yet, as runs of one partition each in offset
+        order (a task rebuilt while its partitions stay assigned hands them to its successor: the consumer's
+        position is past them)."""
+        if self.group is not None:
+            runs = [[record[3] for record in queue.records] for queue in self.group.queues.values() if queue.records]
+            self.group.clear()
+            return runs
+        runs = list(self._backlog)
+        if runs and self._backlog_start:
+            runs[0] = runs[0][self._backlog_start:]
+        self._backlog.clear()
+        self._backlog_records = self._backlog_start = 0
+        return runs
+
     def buffered_count(self, tp: TopicPartition) -> int:
-        return self.group.size(tp) if self.group is not None else 0
+        """Records of input partition ``tp`` buffered and not processed yet."""
+        return self.group.size(tp) if self.group is not None else self._backlog_records
 
     def _extract(self, extractor: Any, key: Any, value: Any, message: Any, partition_time: int) -> int:
         try:
@@ -554,6 +615,8 @@ class StreamTask:
                 log.exception("task %s: store %r failed to close", self.id, name)
         if self.group is not None:
             self.group.clear()
+        self._backlog.clear()
+        self._backlog_records = self._backlog_start = 0
 
 
 def _preview(data: bytes | None, limit: int = 60) -> str:

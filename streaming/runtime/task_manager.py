@@ -96,6 +96,7 @@ class TaskManager:
     def _assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         not_ready: list[TopicPartition] = []
         created: list[StreamTask] = []
+        carried: dict[str, list[Any]] = {}  # per rebuilt task: the input its predecessor polled but did not process
         wanted: dict[tuple[int, int], list[TopicPartition]] = {}
         for topic, partition in partitions:
             if (topic, partition) in self.task_of:
@@ -108,6 +109,7 @@ class TaskManager:
             existing = self.tasks.get(task_id)
             if existing is not None:  # a task gains a partition (a cooperative assignment): rebuild it
                 tps = sorted(set(tps) | set(existing.partitions))
+                carried[task_id] = [*existing.pending, *existing.take_unprocessed()]  # polled, not processed
                 self._close_clean([existing])  # committed and checkpointed: the rebuilt task restores no more
             suspended = self.suspended.get(task_id)
             if suspended is not None:
@@ -127,6 +129,10 @@ class TaskManager:
         for task in created:
             if not self._open(task):
                 not_ready.extend(task.partitions)
+                task.pending.extend(carried.pop(task.id, []))
+            else:
+                for run in carried.pop(task.id, []):
+                    task.buffer(run)
         return not_ready
 
     def _close_outdated_suspended(self, task_ids: set[str]) -> None:

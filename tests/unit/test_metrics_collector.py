@@ -9,7 +9,14 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from streaming.metrics.collector import InstanceSample, RestoreSample, StreamsCollector, TaskSample, ThreadSample
+from streaming.metrics.collector import (
+    BackpressureSample,
+    InstanceSample,
+    RestoreSample,
+    StreamsCollector,
+    TaskSample,
+    ThreadSample,
+)
 from streaming.metrics.histogram import Histogram
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "platform/deploy/grafana-brook.json"
@@ -31,7 +38,9 @@ def sample() -> InstanceSample:
         task_samples=[TaskSample("0_0", dropped=3, late=2), TaskSample("0_1", dropped=0, late=0)],
         record_errors={("deserialization", "dead_letter"): 4, ("processing", "skipped"): 1},
         restored={("counts", "app-counts-changelog", 1): 500},
-        restores=[RestoreSample("0_2", "counts", "app-counts-changelog", 2, remaining=120, standby=False)])
+        restores=[RestoreSample("0_2", "counts", "app-counts-changelog", 2, remaining=120, standby=False)],
+        backpressure=BackpressureSample(buffered=1500, paused=1, pauses=3, resumes=2, time_cap_hits=4,
+                                        throttled_seconds=1.5, queue_full=6, queue_full_seconds=0.25))
     return InstanceSample("app", "RUNNING", ("CREATED", "RUNNING", "ERROR"), [thread])
 
 
@@ -50,7 +59,11 @@ def test_every_family_with_its_type() -> None:
         "brook_process_batch_seconds": "histogram", "brook_e2e_latency_seconds": "histogram",
         "brook_tasks": "gauge", "brook_consumer_lag": "gauge", "brook_record_errors": "counter",
         "brook_dropped_records": "counter", "brook_late_records_dropped": "counter",
-        "brook_restored_records": "counter", "brook_restore_remaining_records": "gauge"}
+        "brook_restored_records": "counter", "brook_restore_remaining_records": "gauge",
+        "brook_buffered_records": "gauge", "brook_paused_partitions": "gauge", "brook_backpressure_pauses": "counter",
+        "brook_backpressure_resumes": "counter", "brook_processing_time_cap_hits": "counter",
+        "brook_throttled_seconds": "counter", "brook_producer_queue_full": "counter",
+        "brook_producer_queue_full_seconds": "counter"}
 
 
 def samples(name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -73,6 +86,14 @@ def test_counters_and_gauges_carry_their_labels_and_values() -> None:
     assert samples("brook_restore_remaining_records") == {
         (("partition", "2"), ("standby", "false"), ("store", "counts"), ("task", "0_2"),
          ("topic", "app-counts-changelog")): 120}
+    assert samples("brook_buffered_records") == {(): 1500}
+    assert samples("brook_paused_partitions") == {(): 1}
+    assert samples("brook_backpressure_pauses") == {(): 3}
+    assert samples("brook_backpressure_resumes") == {(): 2}
+    assert samples("brook_processing_time_cap_hits") == {(): 4}
+    assert samples("brook_throttled_seconds") == {(): 1.5}
+    assert samples("brook_producer_queue_full") == {(): 6}
+    assert samples("brook_producer_queue_full_seconds") == {(): 0.25}
     family = exposed()["brook_records_processed"]
     assert {s.labels["application_id"] for s in family.samples} == {"app"}  # type: ignore[attr-defined]
 
