@@ -86,6 +86,8 @@ class KafkaRecordCollector:
                 self._produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
         except BufferError:
             self._send_when_room(topic, key, value, timestamp, headers, partition)
+        except (TaskMigratedError, TaskCorruptedError):  # exactly-once: the transaction failed, not this record
+            raise
         except Exception as exc:
             raise ProductionError(f"cannot send to topic {topic!r} (partition {partition}): {exc}") from exc
 

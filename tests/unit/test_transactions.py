@@ -16,6 +16,7 @@ from streaming.config import StreamsConfig
 from streaming.errors import ConfigError, ProductionError, StreamsError, TaskCorruptedError, TaskMigratedError
 from streaming.runtime import transactions
 from streaming.runtime.client_configs import global_consumer_config, restore_consumer_config
+from streaming.runtime.record_collector import KafkaRecordCollector
 from streaming.runtime.transactions import PROCESS_ID, TransactionalProducer, classify, transactional_id
 from streaming.state.caching import CacheBudget, CachingBytesStore
 from streaming.state.memory import InMemoryBytesStore
@@ -217,6 +218,18 @@ def test_a_send_on_a_fenced_producer_raises_task_migrated(fake: type[FakeProduce
     txn.begin()
     with pytest.raises(TaskMigratedError):
         txn.produce("out", b"v", b"k")
+
+
+def test_the_record_collector_passes_a_fenced_send_through_unwrapped(fake: type[FakeProducer]) -> None:
+    """A fencing is the transaction's failure, not the record's: the collector must not turn it into a
+    ProductionError (which production.exception.handler would then take), or the thread fails instead of
+    recovering."""
+    fake.fail = {"produce": [kafka_exception(KafkaError._FENCED, fatal=True)]}
+    txn = producer()
+    txn.begin()
+    collector = KafkaRecordCollector(lambda on_delivery_error: txn, metadata_client=None)
+    with pytest.raises(TaskMigratedError):
+        collector.send("out", b"k", b"v", 0, None)
 
 
 class Message:
