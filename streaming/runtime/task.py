@@ -573,8 +573,7 @@ class StreamTask:
         again from the committed offsets when the task comes back)."""
         self.pending = []
         self._skipped.clear()
-        if self.group is not None:
-            self.group.clear()
+        self.take_unprocessed()
 
     def resume(self) -> None:
         """A suspended task comes back to this thread (Kafka Streams' SUSPENDED -> RUNNING): its stores stayed

@@ -63,3 +63,22 @@ def test_a_multi_partition_task_hands_over_what_it_has_not_processed(tmp_path: P
         [[("a", 3)], [("b", 1), ("b", 2), ("b", 3)]]
     assert task.buffered_records == 0
     task.close()
+
+
+def test_a_suspended_task_forgets_its_unprocessed_input_of_every_kind(tmp_path: Path) -> None:
+    """A suspended task's consumer reads again from the committed offsets if the task comes back, so nothing
+    polled before the suspension may stay buffered: a stale run would be processed a second time."""
+    seen: list[Any] = []
+    single = task_over(["in"], seen, tmp_path / "single")
+    single.buffer(run("in", range(5)))
+    single.process_next(2)
+    single.drop_buffered()
+    assert single.buffered_records == 0 and single.process_next(100) == 0
+    multi = task_over(["a", "b"], seen, tmp_path / "multi")
+    multi.buffer(run("a", range(3)))
+    multi.buffer(run("b", range(3)))
+    multi.drop_buffered()
+    assert multi.buffered_records == 0
+    assert seen == ["in0", "in1"]
+    single.close()
+    multi.close()
