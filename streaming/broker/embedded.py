@@ -116,7 +116,7 @@ def _tcp_open(host: str, port: int, timeout: float = 0.2) -> bool:
         return False
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """True when ``pid`` is a live (not zombie) process we may signal."""
     try:
         os.kill(pid, 0)
@@ -135,7 +135,7 @@ def _pid_alive(pid: int) -> bool:
 
 def _pid_is_broker(pid: int, binary: str) -> bool:
     """Guard against pid reuse: the process must be running the Tansu binary we started."""
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -532,13 +532,13 @@ class EmbeddedBroker:
 def _wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             return True
         # Reap it if it happens to be our child (e.g. adopted from a state file we wrote).
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
         time.sleep(0.05)
-    return not _pid_alive(pid)
+    return not pid_alive(pid)
 
 
 def _atomic_write(path: Path, text: str) -> None:

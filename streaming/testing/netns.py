@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
+from streaming.broker.embedded import pid_alive
+
 __all__ = ["Host", "HostNetwork", "NetworkSetupError", "remove_leftovers", "run_ip", "unavailable_reason"]
 
 SUBNET_PREFIX = "10.213"
@@ -98,16 +100,6 @@ class Host:
         return [ip, "netns", "exec", self.namespace, *argv]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_leftovers() -> list[str]:
     """Delete the namespaces and links of earlier runs whose process is gone (a killed test run); their names."""
     removed = []
@@ -115,13 +107,13 @@ def remove_leftovers() -> list[str]:
         parts = line.split(":", 2)
         name = parts[1].strip().split("@")[0] if len(parts) > 1 else ""
         match = _LINK.match(name)
-        if match and not _pid_alive(int(match.group(1))):
+        if match and not pid_alive(int(match.group(1))):
             run_ip("link", "del", name, check=False)
             removed.append(name)
     for line in run_ip("netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         match = _NAMESPACE.match(name)
-        if match and not _pid_alive(int(match.group(1))):
+        if match and not pid_alive(int(match.group(1))):
             run_ip("netns", "del", name, check=False)
             removed.append(name)
     return removed
