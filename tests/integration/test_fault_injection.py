@@ -100,7 +100,7 @@ class Outcome:
     dead_letters: int = 0
     skips: int = 0  # undecodable records skipped with a warning (log_and_continue), counted in the logs
     committed_at_kills: list[dict[int, int]] = field(default_factory=list)  # per input partition, at each kill
-    produced_at_kills: list[dict[int, int]] = field(default_factory=list)  # end offsets acknowledged by then
+    produced_at_kills: list[dict[int, int]] = field(default_factory=list)  # end offsets of what was sent by then
     replaying_kills: int = 0  # kills after which records the victim had processed were processed again
     unexplained_duplicates: int = 0  # records emitted twice that no kill left uncommitted
 
@@ -208,6 +208,14 @@ class Feeder(threading.Thread):
         with self._lock:
             return dict(self.ends)
 
+    def acknowledged_through(self, sent: int, timeout: float = 5.0) -> dict[int, int]:
+        """:meth:`acknowledged` once the first ``sent`` records are (delivery reports are served every 0.1 s, so
+        at any instant the broker may hold records whose acknowledgement the feeder has not seen yet)."""
+        deadline = time.monotonic() + timeout
+        while sum(self.acknowledged().values()) < sent and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.acknowledged()
+
     def record(self, rng: random.Random, i: int) -> tuple[bytes, bytes]:
         key = f"key-{rng.randrange(KEYS):03d}".encode()
         draw = rng.random()
@@ -268,9 +276,10 @@ def inject_faults(run: Run, bootstrap: str, unique_name: str, tmp_path: Path) ->
             time.sleep(rng.uniform(*KILL_DELAY_S))
             workers.assert_alive()
             victim = rng.randrange(run.workers)
+            sent = feeder.produced  # what the victim may have read: everything sent before it died
             workers.kill(victim)
             outcome.committed_at_kills.append(committed_offsets(bootstrap, app_id, source, PARTITIONS))
-            outcome.produced_at_kills.append(feeder.acknowledged())
+            outcome.produced_at_kills.append(feeder.acknowledged_through(sent))
             workers.restart(victim, wipe)
             outcome.running_kills += not anytime
             committed = committed_total()
