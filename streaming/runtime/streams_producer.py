@@ -17,14 +17,12 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from streaming.config import StreamsConfig
-from streaming.errors import ProductionError
 from streaming.runtime.broker_waits import BROKER_WAITS
 from streaming.runtime.transactions import TransactionalProducer, transactional_id
 
 log = logging.getLogger(__name__)
 
 
-COMMIT_FLUSH_TIMEOUT_S = 60.0
 #: Offset commit failures that mean no group coordinator answered (a broker down or unreachable), not a rebalance.
 COORDINATOR_UNREACHABLE = frozenset({
     KafkaError._WAIT_COORD, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT,
@@ -51,7 +49,8 @@ class StreamsProducer(Protocol):
 
     def commit(self, offsets: list[TopicPartition]) -> bool:
         """Make everything sent since :meth:`begin` durable together with ``offsets`` (the next offsets to
-        read, per input partition). False if the group moved on (rebalance) and the offsets were refused
+        read, per input partition). The caller flushed first (:meth:`RecordCollector.flush`, the commit path's
+        step 2), so every record sent is acknowledged or handled. False if the group moved on (rebalance) and the offsets were refused
         (at-least-once); a transactional producer raises TaskMigratedError / TaskCorruptedError instead."""
         ...
 
@@ -84,11 +83,8 @@ class AtLeastOnceProducer:
         """Nothing to begin: at-least-once sends are not grouped."""
 
     def commit(self, offsets: list[TopicPartition]) -> bool:
-        """Flush (every record acknowledged), then commit ``offsets`` synchronously to the consumer group."""
-        remaining = self.producer.flush(COMMIT_FLUSH_TIMEOUT_S)
-        if remaining:
-            raise ProductionError(f"{remaining} records still unacknowledged after {COMMIT_FLUSH_TIMEOUT_S:.0f} s; "
-                                  f"offsets not committed")
+        """Commit ``offsets`` synchronously to the consumer group. The commit path flushed the record collector
+        first (every record acknowledged or handled), so the offsets never pass an output that was lost."""
         if not offsets or self._consumer is None:
             return True
         try:

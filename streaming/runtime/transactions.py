@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 #: One id per process, for transactional ids of instances without ``instance.name`` (Kafka Streams' process id).
 PROCESS_ID = uuid.uuid4().hex
 INIT_TIMEOUT_S = 30.0
-COMMIT_FLUSH_TIMEOUT_S = 60.0
 COMMIT_TIMEOUT_S = 60.0
 ABORT_TIMEOUT_S = 10.0
 #: Error codes that mean another producer with this transactional id took over (or the broker says so), or that
@@ -233,7 +232,7 @@ class TransactionalProducer:
         self._in_transaction = True
 
     def commit(self, offsets: list[TopicPartition]) -> bool:
-        """Flush, add ``offsets`` to the transaction (with the consumer's group metadata, so a zombie member's
+        """Add ``offsets`` to the transaction (with the consumer's group metadata, so a zombie member's
         commit is refused) and commit it. Raises :class:`TaskMigratedError` / :class:`TaskCorruptedError`
         after aborting the transaction when it cannot be committed."""
         if not offsets and not self._sent:
@@ -241,10 +240,8 @@ class TransactionalProducer:
         if not self._in_transaction:
             self.begin()
         try:
-            remaining = self.flush(COMMIT_FLUSH_TIMEOUT_S)
-            if remaining:
-                raise TaskCorruptedError(f"{remaining} records of transaction {self.transactional_id!r} still "
-                                         f"unacknowledged after {COMMIT_FLUSH_TIMEOUT_S:.0f} s")
+            if self.failure is not None:  # a delivery report said a record of this transaction failed
+                raise self.failure
             if offsets and self._consumer is not None:
                 self.producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(),
                                                           COMMIT_TIMEOUT_S)
