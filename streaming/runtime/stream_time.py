@@ -18,11 +18,12 @@ the commit's transaction. A task starting again takes, per input partition, the 
 
 Each record also names the offsets its times belong to (the next offset of each partition, as the commit
 commits it). Under at-least-once the record is written before the offsets are committed, so a crash or a
-refused commit in between leaves a record ahead of the committed offsets; the records of the partition are
-read from the beginning, and only those at or before the committed offset count: the replayed records then
-meet the stream time they met the first time, as with Kafka Streams' metadata, which is atomic with the
-offset. (Where the broker compacts the topic, an ignored record may have replaced the one that counted;
-the commit metadata, kept by such a broker, still holds the time.)
+refused commit in between leaves a record ahead of the committed offsets; only the records at or before the
+committed offset count: the replayed records then meet the stream time they met the first time, as with Kafka
+Streams' metadata, which is atomic with the offset. A new task reads only the partition's tail (its last
+:data:`TAIL_RECORDS` records, further back only when they hold none that counts), so a restart reads a bounded
+amount however long the topic grew. (Where the broker compacts the topic, an ignored record may have replaced
+the one that counted; the commit metadata, kept by such a broker, still holds the time.)
 
 Only tasks with logged state get the topic: stream time decides what they keep (windows, grace, suppression,
 join windows, stream-time punctuators over their stores); a stateless task has nothing that a wrong stream
@@ -58,6 +59,9 @@ TP = tuple[str, int]
 METADATA_VERSION = 1
 RECORD_VERSION = 1  # the stream-time topic's value format
 UNKNOWN = -1  # no time known for a partition (Kafka Streams' RecordQueue.UNKNOWN)
+#: How many records at the end of a stream-time partition a new task reads first (see
+#: :meth:`StreamTimeRecovery._read_topics`): enough for the records of commits that failed after their write.
+TAIL_RECORDS = 1_000
 
 
 def encode_offset_metadata(partition_time: int) -> str:
@@ -156,7 +160,7 @@ class StreamTimeRecovery:
         for task in tasks:
             task.stream_time_topic = self._topics.get(task.subtopology.id)
         offsets, from_metadata = self._read_committed(tasks)
-        records = self._read_topics([task for task in tasks if task.stream_time_topic is not None])
+        records = self._read_topics([task for task in tasks if task.stream_time_topic is not None], offsets)
         for task in tasks:
             committed = {tp: offsets[tp] for tp in task.partitions if tp in offsets}
             stored = time_at_offsets(records.get(task.id, []), committed)
@@ -187,40 +191,84 @@ class StreamTimeRecovery:
                 times[pair] = decode_offset_metadata(tp.metadata, f"task {owner.get(pair)} {tp.topic}[{tp.partition}]")
         return offsets, times
 
-    def _read_topics(self, tasks: list[StreamTask]) -> dict[str, list[dict[TP, tuple[int, int]]]]:
-        """Every record of the tasks' stream-time partitions, per task id (read from the beginning to partition
-        EOF, never ListOffsets "latest")."""
+    def _read_topics(self, tasks: list[StreamTask],
+                     committed: dict[TP, int]) -> dict[str, list[dict[TP, tuple[int, int]]]]:
+        """The records of the tasks' stream-time partitions that can decide their time, per task id: the tail of
+        each partition (its last TAIL_RECORDS records), read further back only while the tail holds no record at
+        or before a committed offset of the task, so a restart reads a bounded amount however long the topic grew
+        (the embedded broker never compacts it). The latest such record carries the task's time: partition time
+        only grows, and a task restarts from the time of the latest record that counted.
+
+        The end is read from partition EOF (the fetched high watermark); ListOffsets "latest" only places the
+        tail's start (on the embedded broker it is a lower bound of the end, so the tail is at least as long)."""
         if not tasks:
             return {}
         wanted = {(task.stream_time_topic, task.partition): task for task in tasks}
-        ids = {task.id for task in tasks}
         reader = Consumer(self._reader_config)
-        records: dict[str, list[dict[TP, tuple[int, int]]]] = {}
         try:
-            # Offset 0, not OFFSET_BEGINNING: the embedded broker answers the ListOffsets(earliest) that the
-            # latter sends ~500 ms late (measured: 553 ms to EOF of 4 partitions, 51 ms from offset 0); where 0
-            # is gone (a broker that deleted records), auto.offset.reset=earliest moves to the first one.
-            reader.assign([TopicPartition(topic, partition, 0) for topic, partition in wanted])
-            pending = set(wanted)
-            deadline = time.monotonic() + self._timeout
+            starts = {tp: max(0, self._end_hint(reader, tp) - TAIL_RECORDS) for tp in wanted}
+            ends: dict[tuple[str, int], int] = {}
+            records: dict[str, list[dict[TP, tuple[int, int]]]] = {}
+            while starts:
+                read, ends_read = self._read_from(reader, starts, ends, {task.id for task in tasks})
+                ends.update(ends_read)
+                further = {}
+                for tp, start in starts.items():
+                    task = wanted[tp]
+                    records[task.id] = read.get(task.id, []) + records.get(task.id, [])
+                    task_committed = {p: committed[p] for p in task.partitions if p in committed}
+                    if start > 0 and task_committed and not time_at_offsets(records[task.id], task_committed):
+                        further[tp] = max(0, start - (ends[tp] - start) * 4)
+                        ends[tp] = start  # the next round reads the span before this one
+                starts = further
+        finally:
+            reader.close()
+        return records
+
+    def _end_hint(self, reader: Consumer, tp: tuple[str, int]) -> int:
+        """The partition's end offset as ListOffsets answers it (a lower bound on the embedded broker); 0 when
+        it cannot be read (the tail is then the whole partition)."""
+        try:
+            return max(reader.get_watermark_offsets(TopicPartition(*tp), timeout=self._timeout, cached=False)[1], 0)
+        except KafkaException as exc:
+            log.warning("cannot read the end offset of %s[%d] (%s): reading it from the beginning", tp[0], tp[1], exc)
+            return 0
+
+    def _read_from(self, reader: Consumer, starts: dict[tuple[str, int], int], stops: dict[tuple[str, int], int],
+                   ids: set[str]) -> tuple[dict[str, list[dict[TP, tuple[int, int]]]], dict[tuple[str, int], int]]:
+        """The records of each stream-time partition from its start to its stop (partition EOF where there is no
+        stop), per task id, and each partition's end: its EOF offset, or its stop."""
+        reader.assign([TopicPartition(topic, partition, start) for (topic, partition), start in starts.items()])
+        pending = set(starts)
+        ends: dict[tuple[str, int], int] = {}
+        records: dict[str, list[dict[TP, tuple[int, int]]]] = {}
+        deadline = time.monotonic() + self._timeout
+        try:
             while pending:
                 if time.monotonic() > deadline:
                     raise StreamsError(f"cannot read the stream time of tasks {sorted(ids)}: no end of "
                                        f"{sorted(pending)} within {self._timeout:.0f} s")
                 for message in reader.consume(10_000, 0.1):
                     tp = (message.topic(), message.partition())
+                    if tp not in pending:
+                        continue
                     error = message.error()
                     if error is not None:
                         if error.code() == KafkaError._PARTITION_EOF:
                             pending.discard(tp)
+                            ends[tp] = message.offset()
                             continue
                         raise StreamsError(f"cannot read the stream time of tasks {sorted(ids)} from "
                                            f"{tp[0]}[{tp[1]}]: {error.str()}")
+                    if tp in stops and message.offset() >= stops[tp]:
+                        pending.discard(tp)
+                        ends[tp] = stops[tp]
+                        continue
                     task_id = message.key().decode() if message.key() is not None else None
                     if task_id not in ids:
                         continue
                     records.setdefault(task_id, []).append(
                         decode_record(message.value(), f"{tp[0]}[{tp[1]}] offset {message.offset()}"))
         finally:
-            reader.close()
-        return records
+            reader.unassign()
+        return records, ends

@@ -227,7 +227,8 @@ def test_recovery_takes_the_highest_of_metadata_and_the_stream_time_records_at_o
                {("in", 0): (9_000, 80)}]  # written, then the offset commit failed (or the worker died)
 
     class Recovery(StreamTimeRecovery):  # the topic's answer (read from a broker in the integration test)
-        def _read_topics(self, tasks: list[StreamTask]) -> dict[str, list[dict[tuple[str, int], tuple[int, int]]]]:
+        def _read_topics(self, tasks: list[StreamTask],
+                         committed: dict[tuple[str, int], int]) -> dict[str, list[dict[tuple[str, int], tuple[int, int]]]]:
             assert [t.stream_time_topic for t in tasks] == [stream_time_topic(APP, 0)]
             return {"0_0": records}
 
