@@ -59,6 +59,10 @@ CONSUMER_DEFAULTS = {
     # The embedded broker answers fetches with ~4.5 MB per partition; librdkafka's 1 s default
     # backoff then stalls partitions (~120k records/s instead of 300k+). Harmless on Kafka.
     "fetch.queue.backoff.ms": "10",
+    # The embedded broker holds a fetch for the whole fetch.wait.max.ms even when records are there (librdkafka's
+    # 500 ms default: p50 242 ms per hop, measured at 15,000 records/s); 50 ms gives p50 ~36 ms. Kafka answers a
+    # fetch as soon as it has records, so there it only means an idle consumer asks 20 times a second, not 2.
+    "fetch.wait.max.ms": "50",
 }
 PRODUCER_DEFAULTS = {
     "partitioner": "murmur2_random",  # the Java client's partitioner: same key, same partition as Kafka Streams

@@ -16,6 +16,8 @@ from typing import Any
 # Settings of a group member: a consumer that only assign()s must not carry them.
 GROUP_MEMBER_KEYS = ("group.id", "partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms",
                      "group.instance.id", "enable.auto.offset.store")
+#: The restore consumer's longest fetch wait (see :func:`restore_consumer_config`).
+RESTORE_FETCH_WAIT_MS = 20
 
 
 def _without_group(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -25,12 +27,14 @@ def _without_group(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
 def restore_consumer_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
     """The restore consumer (changelogs and standbys, by assign()): group ``<application.id>-restore``.
 
-    A short fetch wait: the empty fetch at the end of a partition must not hold a restore for librdkafka's
-    default 500 ms (measured: restore at 18k records/s with it, 490k/s without).
+    A short fetch wait (at most RESTORE_FETCH_WAIT_MS, whatever the main consumer's): the empty fetch at the end
+    of a partition must not hold a restore for librdkafka's default 500 ms (measured: restore at 18k records/s
+    with it, 490k/s with 20 ms).
     ``auto.offset.reset=error``: a restore offset the changelog no longer has (truncated, or the topic
     recreated under older local state) fails loudly instead of silently skipping to an end.
     """
-    return {"fetch.wait.max.ms": "20", **_without_group(consumer_config), "enable.auto.commit": "false",
+    fetch_wait = min(int(consumer_config.get("fetch.wait.max.ms", RESTORE_FETCH_WAIT_MS)), RESTORE_FETCH_WAIT_MS)
+    return {**_without_group(consumer_config), "fetch.wait.max.ms": str(fetch_wait), "enable.auto.commit": "false",
             "enable.partition.eof": "true", "auto.offset.reset": "error",
             "group.id": f"{consumer_config['group.id']}-restore"}
 

@@ -202,3 +202,14 @@ def test_kafka_streams_refuses_bad_client_settings_in_its_constructor() -> None:
     builder.stream("in").to("out")
     with pytest.raises(ConfigError, match="'consumer.fetch.max.bytes'"):
         KafkaStreams(builder.build(), {**BASE, "consumer.fetch.max.bytes": "lots"})
+
+
+@pytest.mark.parametrize(("setting", "main", "restore"), [(None, "50", "20"), ("5", "5", "5"), ("500", "500", "20")])
+def test_the_main_consumer_waits_50_ms_per_fetch_and_the_restore_consumer_at_most_20(
+        setting: str | None, main: str, restore: str) -> None:
+    """The embedded broker holds a fetch for the whole wait; a restore must never wait long at a partition's end."""
+    from streaming.runtime.client_configs import restore_consumer_config
+
+    config = StreamsConfig({**BASE, **({"consumer.fetch.wait.max.ms": setting} if setting else {})})
+    assert str(config.consumer_config()["fetch.wait.max.ms"]) == main
+    assert restore_consumer_config(config.consumer_config())["fetch.wait.max.ms"] == restore
