@@ -67,7 +67,8 @@ class StreamThread(threading.Thread):
                  on_state: Callable[[StreamThread, str], None],
                  restore_listener: StateRestoreListener | None = None,
                  partition_counts: dict[str, int] | None = None, directory: StateDirectory | None = None,
-                 hosts_standbys: bool = True, snapshots: SnapshotSource | None = None, index: int = 1) -> None:
+                 hosts_standbys: bool = True, snapshots: SnapshotSource | None = None, index: int = 1,
+                 *, process_id: str) -> None:
         super().__init__(name=name, daemon=True)
         self.config = config
         self._on_state = on_state
@@ -80,7 +81,8 @@ class StreamThread(threading.Thread):
         self.consumer = Consumer({**config.consumer_config(), **static})
         dlq = dead_letter_topic(config.application_id)
         self.collector = KafkaRecordCollector(
-            lambda on_delivery_error: streams_producer(config, self.consumer, on_delivery_error, index), self.admin,
+            lambda on_delivery_error: streams_producer(config, self.consumer, on_delivery_error, index,
+                                                        process_id), self.admin,
             always_fail=lambda topic: topic == dlq or store_of_changelog(config.application_id, topic) is not None
             or is_stream_time_topic(config.application_id, topic))
         self.errors = self.collector.errors = configured_handlers(

@@ -212,33 +212,37 @@ def consumed_to(ends: dict[int, int], *apps: KafkaStreams) -> bool:
 
 
 @pytest.mark.slow
-def test_a_revocation_commits_the_open_transaction_once(bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+def test_a_revocation_commits_the_open_transaction_once(bootstrap: str, unique_name: str, tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
     """Member A has processed a batch in a transaction that is still open (nothing committed) when B joins: A's
     revocation commits it (outputs, changelog writes and offsets together) and B goes on from those offsets.
-    Every input is output exactly once with its running count, and the changelog holds the oracle's counts."""
+    Every input is output exactly once with its running count, and the changelog holds the oracle's counts.
+
+    A and B run in this one process without instance.name: their transactional ids hold each instance's own
+    random id (once one per process, so B's producer fenced A's, and A's new producer B's, in turn)."""
     started = time.monotonic()
+    caplog.set_level(logging.INFO, logger="streaming")
     source, sink = f"{unique_name}-in", f"{unique_name}-out"
     create_topics(bootstrap, {source: 2, sink: 2})
     config = {"application.id": unique_name, "bootstrap.servers": bootstrap, **EOS}
-    a = KafkaStreams(counting.topology(source, sink), {**config, **NEVER, "state.dir": str(tmp_path / "a"),
-                                                       "instance.name": "a"})
+    a = KafkaStreams(counting.topology(source, sink), {**config, **NEVER, "state.dir": str(tmp_path / "a")})
     b: KafkaStreams | None = None
     a.start()
     try:
         first = produce(bootstrap, source, keyed(600), Serdes.String(), Serdes.String())
         wait_for(lambda: processed(a) == 600, 90, "A to process the first batch")
         assert committed(bootstrap, unique_name, source, 2) == {0: 0, 1: 0}  # the transaction is open
-        b = KafkaStreams(counting.topology(source, sink), {**config, "state.dir": str(tmp_path / "b"),
-                                                           "instance.name": "b"})
+        b = KafkaStreams(counting.topology(source, sink), {**config, "state.dir": str(tmp_path / "b")})
         b.start()
+        ids = {f"{unique_name}-{a.process_id}-1", f"{unique_name}-{b.process_id}-1"}
+        assert len(ids) == 2
         wait_for(lambda: committed(bootstrap, unique_name, source, 2) == first, 90,
                  "A's revocation to commit its open transaction")
         wait_for(lambda: a.state is State.RUNNING and b.state is State.RUNNING and len(owners(a, b)) == 2
-                 and set(owners(a, b).values()) == {f"{unique_name}-a-1", f"{unique_name}-b-1"}, 90,
-                 "one task on each instance")
+                 and set(owners(a, b).values()) == ids, 90, "one task on each instance")
         commits_of_a = a.metrics()["commits"]
         second = produce(bootstrap, source, keyed(600, start=600), Serdes.String(), Serdes.String())
-        [b_partition] = [int(task[-1]) for task, owner in owners(a, b).items() if owner.endswith("-b-1")]
+        [b_partition] = [int(task[-1]) for task, owner in owners(a, b).items() if b.process_id in owner]
         wait_for(lambda: committed(bootstrap, unique_name, source, 2)[b_partition] == second[b_partition], 90,
                  "B to commit its partition")
         assert a.metrics()["commits"] == commits_of_a  # A commits its part only when it closes
@@ -247,6 +251,7 @@ def test_a_revocation_commits_the_open_transaction_once(bootstrap: str, unique_n
             assert b.close(30)
         assert a.close(30)
     assert a.exception is None and b is not None and b.exception is None
+    assert "was fenced" not in caplog.text and "wiped the local state" not in caplog.text
     assert committed(bootstrap, unique_name, source, 2) == second
     oracle = Oracle(bootstrap, source)
     output = read_committed(bootstrap, sink, Serdes.Json())

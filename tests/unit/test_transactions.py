@@ -17,7 +17,7 @@ from streaming.errors import ConfigError, ProductionError, StreamsError, TaskCor
 from streaming.runtime import transactions
 from streaming.runtime.client_configs import global_consumer_config, restore_consumer_config
 from streaming.runtime.record_collector import KafkaRecordCollector
-from streaming.runtime.transactions import PROCESS_ID, TransactionalProducer, classify, transactional_id
+from streaming.runtime.transactions import TransactionalProducer, classify, transactional_id
 from streaming.state.caching import CacheBudget, CachingBytesStore
 from streaming.state.memory import InMemoryBytesStore
 
@@ -111,9 +111,21 @@ def producer(consumer: FakeConsumer | None = None, delivery_errors: list[Any] | 
 OFFSETS = [TopicPartition("in", 0, 42)]
 
 
-def test_transactional_id_is_stable_with_an_instance_name_and_per_process_without() -> None:
-    assert transactional_id(StreamsConfig({**BASE, "instance.name": "host-7"}), 2) == "app-host-7-2"
-    assert transactional_id(StreamsConfig(BASE), 1) == f"app-{PROCESS_ID}-1"
+def test_transactional_id_is_stable_with_an_instance_name_and_per_instance_without() -> None:
+    assert transactional_id(StreamsConfig({**BASE, "instance.name": "host-7"}), 2, "p1") == "app-host-7-2"
+    assert transactional_id(StreamsConfig(BASE), 1, "p1") == "app-p1-1"
+
+
+def test_two_instances_in_one_process_without_an_instance_name_get_distinct_transactional_ids() -> None:
+    """The id was once per Python process: two KafkaStreams of one application in one process shared their
+    threads' transactional ids and fenced each other in turn (found by tests/integration/test_exactly_once_threads)."""
+    from streaming import KafkaStreams, Serdes, Topology
+
+    topology = Topology().add_source("in", "input", key_serde=Serdes.String(), value_serde=Serdes.String())
+    config = StreamsConfig({**BASE, "processing.guarantee": "exactly_once_v2"})
+    first, second = KafkaStreams(topology, config), KafkaStreams(topology, config)
+    assert first.process_id != second.process_id
+    assert transactional_id(config, 1, first.process_id) != transactional_id(config, 1, second.process_id)
 
 
 @pytest.mark.parametrize(("error", "expected"), [
