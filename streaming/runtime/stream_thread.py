@@ -224,8 +224,9 @@ class StreamThread(threading.Thread):
         """Nothing of the failed transaction is committed. Abort it (if this producer still can), close every
         task dirty and wipe its state (:meth:`_abandon_transaction`); then:
 
-        * aborted (:class:`TaskCorruptedError`): re-create the tasks from the last committed offsets; they
-          restore their stores from the changelogs (Kafka Streams' TaskCorruptedException);
+        * aborted (:class:`TaskCorruptedError`): re-create the tasks of the partitions still assigned (not those
+          a revocation that failed just gave up) from the last committed offsets; they restore their stores
+          from the changelogs (Kafka Streams' TaskCorruptedException);
         * fenced, with ``instance.name``: a newer incarnation of this instance (same name, so the same
           transactional id) took over while this one was paused or cut off — this is the zombie. Stop (the
           error ends the thread) rather than fence the newer one back, which would fence this one again;
@@ -260,6 +261,10 @@ class StreamThread(threading.Thread):
                     "from the last committed offsets and restored from their changelogs", self.name, failure,
                     task_ids)
         producer.begin()
+        # A failure inside a revocation (its commit) leaves the revoked partitions unassigned: they are someone
+        # else's now (and a seek on them fails), so only the partitions still assigned get their tasks back.
+        assigned = set(as_pairs(self.consumer.assignment()))
+        partitions = [tp for tp in partitions if tp in assigned]
         not_ready = set(self.tasks.assign(partitions))
         self._seek_to_committed(partitions)
         if not_ready:
@@ -267,7 +272,7 @@ class StreamThread(threading.Thread):
         ready = [TopicPartition(*tp) for tp in partitions if tp not in not_ready]
         if ready:
             self.consumer.resume(ready)
-        self._on_state(self, "REBALANCING" if not_ready else "RUNNING")
+        self._on_state(self, "REBALANCING" if not_ready or self._waiting_since is not None else "RUNNING")
 
     def _abandon_transaction(self) -> tuple[list[tuple[str, int]], list[str]]:
         """Abort the open transaction (best effort), drop its failed deliveries, close every task dirty and wipe

@@ -2,10 +2,10 @@
 
 As Kafka Streams' EOS-v2 ``StreamsProducer``: one transactional producer per stream thread, whose
 ``transactional.id`` is ``<application.id>-<instance.name>-<thread index>`` when the instance has a stable
-name (``instance.name``), else ``<application.id>-<a random id of this KafkaStreams instance>-<thread index>``. Everything
-the thread sends between two commits — outputs, changelog writes, dead letters — belongs to one transaction,
-and the input offsets are committed only through it (``send_offsets_to_transaction``, never the consumer's
-own commit), so a commit makes all of it visible to ``read_committed`` readers at once, or none of it.
+name (``instance.name``), else ``<application.id>-<a random id of this KafkaStreams instance>-<thread index>``.
+Everything the thread sends between two commits — outputs, changelog writes, dead letters — belongs to one
+transaction, and the input offsets are committed only through it (``send_offsets_to_transaction``, never the
+consumer's own commit), so a commit makes all of it visible to ``read_committed`` readers at once, or none of it.
 
 What goes wrong, and what the stream thread does about it (:meth:`StreamThread._recover_transaction`):
 

@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from streaming import KafkaStreams, Serdes
+from streaming import KafkaStreams, Serdes, Stores, StreamsBuilder, Topology
 from streaming.admin import create_topics
+from streaming.errors import TaskCorruptedError
 from streaming.runtime.kafka_streams import State
 from streaming.testing.generators import GeneratedRecord
 from streaming.testing.kafka import committed_offsets, produce, wait_for
@@ -69,6 +70,14 @@ def owners(*apps: KafkaStreams) -> dict[str, str]:
     names repeat across instances, transactional ids do not)."""
     return {task_id: thread.collector.producer.transactional_id
             for app in apps for thread in threads_of(app) for task_id in thread.tasks.tasks}
+
+
+def healthy(*apps: KafkaStreams) -> bool:
+    """True, or an AssertionError naming the first failure of a stream thread (a wait_for then fails at once)."""
+    for app in apps:
+        if app.exception is not None:
+            raise AssertionError(f"a stream thread failed: {app.exception!r}")
+    return True
 
 
 def merged(*ends: dict[int, int]) -> dict[int, int]:
@@ -153,7 +162,7 @@ def test_two_threads_per_instance_abort_one_thread_and_move_tasks_to_a_second_in
             b = KafkaStreams(counting.topology(source, sink),
                              {**config, "state.dir": str(tmp_path / "b"), "instance.name": "b"})
             b.start()
-            wait_for(lambda: b.state is State.RUNNING and a.state is State.RUNNING
+            wait_for(lambda: healthy(a, b) and b.state is State.RUNNING and a.state is State.RUNNING
                      and sorted(collections.Counter(owners(a, b).values()).values()) == [1, 1, 1, 1], 90,
                      "both instances running, one task per thread")
         finally:
@@ -238,7 +247,8 @@ def test_a_revocation_commits_the_open_transaction_once(bootstrap: str, unique_n
         assert len(ids) == 2
         wait_for(lambda: committed(bootstrap, unique_name, source, 2) == first, 90,
                  "A's revocation to commit its open transaction")
-        wait_for(lambda: a.state is State.RUNNING and b.state is State.RUNNING and len(owners(a, b)) == 2
+        wait_for(lambda: healthy(a, b) and a.state is State.RUNNING and b.state is State.RUNNING
+                 and len(owners(a, b)) == 2
                  and set(owners(a, b).values()) == ids, 90, "one task on each instance")
         commits_of_a = a.metrics()["commits"]
         second = produce(bootstrap, source, keyed(600, start=600), Serdes.String(), Serdes.String())
@@ -301,7 +311,7 @@ def test_a_producer_fenced_before_its_revocation_commits_nothing(
         b.start()
         wait_for(lambda: "was fenced" in caplog.text, 90, "A's revocation commit to be fenced")
         assert committed(bootstrap, unique_name, source, 2) == baseline
-        wait_for(lambda: a.state is State.RUNNING and b.state is State.RUNNING
+        wait_for(lambda: healthy(a, b) and a.state is State.RUNNING and b.state is State.RUNNING
                  and set(owners(a, b).values()) == {transactional_id, f"{unique_name}-b-1"}, 90,
                  "A back in the group with a new producer, one task on each instance")
         # B commits every 100 ms; A (commit interval NEVER) commits its part when it closes.
@@ -319,4 +329,87 @@ def test_a_producer_fenced_before_its_revocation_commits_nothing(
     assert f"transactional producer {transactional_id!r} was fenced" in fenced, fenced
     print(f"fenced before the revocation: {fenced[:300]}...")
     account_for_an_abort(bootstrap, unique_name, source, sink, baseline, "fenced during a revocation's commit")
+    print(f"{time.monotonic() - started:.1f} s")
+
+
+class FailingRevocation:
+    """Fault injection: once armed, the next revocation fails with an abortable error (:class:`TaskCorruptedError`,
+    what a transaction commit that times out raises), from inside the revocation: beside the counting app, a
+    cached count forwards its updates only when a commit flushes its cache (commit interval NEVER: the
+    revocation's), to a step that raises."""
+
+    def __init__(self) -> None:
+        self.armed = threading.Event()
+        self.raised: list[threading.Thread] = []  # the stream thread it failed
+
+    def _fail(self, key: str, count: int) -> None:
+        if self.armed.is_set():
+            self.armed.clear()
+            self.raised.append(threading.current_thread())
+            raise TaskCorruptedError("injected: the revocation's commit failed with an abortable error")
+
+    def topology(self, source: str, sink: str) -> Topology:
+        builder = StreamsBuilder()
+        builder.stream(source, key_serde=Serdes.String(), value_serde=Serdes.String(), name="input") \
+            .group_by_key().count().to_stream().peek(self._fail)
+        return (builder.build()
+                .add_processor("count", counting.CountProcessor, "input")
+                .add_state_store(Stores.key_value_store_builder(Stores.persistent_key_value_store(counting.STORE),
+                                                                Serdes.String(), Serdes.Long()), "count")
+                .add_sink("output", sink, "count", key_serde=Serdes.String(), value_serde=Serdes.Json()))
+
+
+@pytest.mark.slow
+def test_an_abortable_failure_inside_a_revocation_aborts_and_the_thread_goes_on(
+        bootstrap: str, unique_name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A's transaction is open when B joins, and A's revocation fails with an abortable error: the transaction is
+    aborted (nothing of it committed: the group's offsets stay those of the last commit), A's tasks are closed
+    dirty and wiped, and the thread goes on with what the rebalance gives it (it used to re-create the tasks of
+    the revoked partitions and seek on them, which are no longer assigned: the thread died with "Failed to seek
+    ... Erroneous state"). B and A re-process from the committed offsets; the output and counts are accounted
+    for as after any abort."""
+    started = time.monotonic()
+    caplog.set_level(logging.INFO, logger="streaming")
+    source, sink = f"{unique_name}-in", f"{unique_name}-out"
+    create_topics(bootstrap, {source: 2, sink: 2})
+    injector = FailingRevocation()
+    config = {"application.id": unique_name, "bootstrap.servers": bootstrap, **EOS}
+    baseline_app = KafkaStreams(injector.topology(source, sink), {**config, "state.dir": str(tmp_path / "a")})
+    baseline_app.start()
+    try:
+        baseline = produce(bootstrap, source, keyed(400), Serdes.String(), Serdes.String())
+        wait_for(lambda: committed(bootstrap, unique_name, source, 2) == baseline, 90, "the baseline committed")
+    finally:
+        assert baseline_app.close(30)
+    a = KafkaStreams(injector.topology(source, sink), {**config, **NEVER, "state.dir": str(tmp_path / "a")})
+    b: KafkaStreams | None = None
+    a.start()
+    try:
+        first = produce(bootstrap, source, keyed(600, start=400), Serdes.String(), Serdes.String())
+        wait_for(lambda: processed(a) == 600, 90, "A to process the second batch")
+        injector.armed.set()
+        b = KafkaStreams(injector.topology(source, sink), {**config, "state.dir": str(tmp_path / "b")})
+        b.start()
+        wait_for(lambda: bool(injector.raised), 90, "A's revocation to fail")
+        assert injector.raised == threads_of(a)
+        assert committed(bootstrap, unique_name, source, 2) == baseline
+        wait_for(lambda: healthy(a, b) and a.state is State.RUNNING and b.state is State.RUNNING
+                 and len(owners(a, b)) == 2
+                 and len(set(owners(a, b).values())) == 2, 90, "one task on each instance")
+        assert a.exception is None
+        [b_partition] = [int(task[-1]) for task, owner in owners(a, b).items() if b.process_id in owner]
+        wait_for(lambda: committed(bootstrap, unique_name, source, 2)[b_partition] == first[b_partition], 90,
+                 "B to commit its partition")
+        wait_for(lambda: consumed_to(first, a), 90, "A to re-process its partition")
+    finally:
+        if b is not None:
+            assert b.close(30)
+        assert a.close(30)
+    assert a.exception is None and b is not None and b.exception is None
+    assert committed(bootstrap, unique_name, source, 2) == first
+    [recovered] = [line for line in caplog.text.splitlines() if "injected: the revocation's commit" in line
+                   and "were closed dirty" in line]
+    assert "Failed to seek" not in caplog.text
+    print(f"abortable failure inside a revocation: {recovered[:240]}...")
+    account_for_an_abort(bootstrap, unique_name, source, sink, baseline, "abortable failure inside a revocation")
     print(f"{time.monotonic() - started:.1f} s")

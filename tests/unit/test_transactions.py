@@ -336,3 +336,35 @@ def test_a_dirty_close_drops_the_cache_and_gives_its_bytes_back_to_the_thread_s_
     assert budget.used > 0
     cached.close()
     assert budget.used == 0 and len(cached.cache) == 0
+
+
+def test_an_abort_inside_a_revocation_re_creates_no_task_for_the_partitions_it_gave_up(
+        fake: type[FakeProducer], tmp_path: Any) -> None:
+    """An abortable failure raised inside a revocation (its commit) reaches the stream thread once the consumer
+    gave the revoked partitions up. The recovery used to re-create their tasks and seek on them, which failed
+    ("Erroneous state": not assigned) and killed the thread (found by tests/integration/test_exactly_once_threads).
+    Now it aborts, wipes, and leaves the partitions to the assignment that ends the rebalance. (A real consumer
+    with nothing assigned; the fake producer only stands in for the broker's transactions.)"""
+    from streaming import Serdes, Topology
+    from streaming.runtime.stream_thread import StreamThread
+
+    topology = (Topology().add_source("in", "input", key_serde=Serdes.String(), value_serde=Serdes.String())
+                .add_sink("out", "output", "in", key_serde=Serdes.String(), value_serde=Serdes.String())).bind("app")
+    config = StreamsConfig({**BASE, "processing.guarantee": "exactly_once_v2", "instance.name": "x",
+                            "state.dir": str(tmp_path)})
+    states: list[str] = []
+    thread = StreamThread("app-StreamThread-1", topology, config, lambda _, state: states.append(state),
+                          process_id="p")
+    thread.tasks._stream_times = None  # no group coordinator here to read the tasks' committed stream time from
+    try:
+        thread.tasks.assign([("input", 0), ("input", 1)])
+        thread.collector.producer.begin()
+        thread._waiting_since = 0.0  # what the revocation sets: the thread waits for its next assignment
+        assert thread.consumer.assignment() == []
+        thread._recover_transaction(TaskCorruptedError("the revocation's commit failed"))
+        assert thread.tasks.tasks == {} and thread.tasks.task_of == {}
+        assert states == ["REBALANCING"]
+        assert fake.instances[0].calls == ["init_transactions", "begin_transaction", "abort_transaction",
+                                           "begin_transaction"]
+    finally:
+        thread.discard()
