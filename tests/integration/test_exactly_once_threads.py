@@ -98,7 +98,7 @@ def test_two_threads_per_instance_abort_one_thread_and_move_tasks_to_a_second_in
     """Instance A runs two stream threads (two transactional ids). A transaction of one thread fails mid-batch:
     only that thread's tasks are closed dirty, wiped and restored from changelog offset 0, the group's offsets
     of its partitions stay where its last committed transaction put them, and the other thread's tasks stay
-    (same objects) and go on committing meanwhile. Then instance B (two more threads) joins while input flows:
+    (same objects) and its commits go on. Then instance B (two more threads) joins while input flows:
     tasks move between the four transactional ids. Every input is output with its running count, duplicates
     only from the aborted transaction, and the changelog holds the oracle's counts."""
     started = time.monotonic()
