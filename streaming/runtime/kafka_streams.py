@@ -7,6 +7,7 @@ import enum
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -81,6 +82,9 @@ class KafkaStreams:
         self._listener: StateListener | None = None
         self._restore_listener: StateRestoreListener | None = None
         self._threads: list[StreamThread] = []
+        self.process_id = uuid.uuid4().hex
+        """This instance's random id: its stream threads' transactional ids hold it when ``instance.name`` is not
+        set (Kafka Streams' process id)."""
         self._thread_states: dict[str, str] = {}
         self.metrics_registry = CollectorRegistry(auto_describe=False)
         """This instance's Prometheus metrics (``brook_*``, read at scrape time); served on ``metrics.port``."""
@@ -151,7 +155,8 @@ class KafkaStreams:
                 self._threads.append(StreamThread(f"{self.config.application_id}-StreamThread-{i + 1}", topology,
                                                   self.config, self._on_thread_state, self._restore_listener,
                                                   counts, directory=directory, hosts_standbys=i == 0,
-                                                  snapshots=self._snapshots, index=i + 1))
+                                                  snapshots=self._snapshots, index=i + 1,
+                                                  process_id=self.process_id))
         except BaseException:
             self._abort_start()
             raise

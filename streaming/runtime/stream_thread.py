@@ -67,7 +67,8 @@ class StreamThread(threading.Thread):
                  on_state: Callable[[StreamThread, str], None],
                  restore_listener: StateRestoreListener | None = None,
                  partition_counts: dict[str, int] | None = None, directory: StateDirectory | None = None,
-                 hosts_standbys: bool = True, snapshots: SnapshotSource | None = None, index: int = 1) -> None:
+                 hosts_standbys: bool = True, snapshots: SnapshotSource | None = None, index: int = 1,
+                 *, process_id: str) -> None:
         super().__init__(name=name, daemon=True)
         self.config = config
         self._on_state = on_state
@@ -80,7 +81,8 @@ class StreamThread(threading.Thread):
         self.consumer = Consumer({**config.consumer_config(), **static})
         dlq = dead_letter_topic(config.application_id)
         self.collector = KafkaRecordCollector(
-            lambda on_delivery_error: streams_producer(config, self.consumer, on_delivery_error, index), self.admin,
+            lambda on_delivery_error: streams_producer(config, self.consumer, on_delivery_error, index,
+                                                        process_id), self.admin,
             always_fail=lambda topic: topic == dlq or store_of_changelog(config.application_id, topic) is not None
             or is_stream_time_topic(config.application_id, topic))
         self.errors = self.collector.errors = configured_handlers(
@@ -222,8 +224,9 @@ class StreamThread(threading.Thread):
         """Nothing of the failed transaction is committed. Abort it (if this producer still can), close every
         task dirty and wipe its state (:meth:`_abandon_transaction`); then:
 
-        * aborted (:class:`TaskCorruptedError`): re-create the tasks from the last committed offsets; they
-          restore their stores from the changelogs (Kafka Streams' TaskCorruptedException);
+        * aborted (:class:`TaskCorruptedError`): re-create the tasks of the partitions still assigned (not those
+          a revocation that failed just gave up) from the last committed offsets; they restore their stores
+          from the changelogs (Kafka Streams' TaskCorruptedException);
         * fenced, with ``instance.name``: a newer incarnation of this instance (same name, so the same
           transactional id) took over while this one was paused or cut off — this is the zombie. Stop (the
           error ends the thread) rather than fence the newer one back, which would fence this one again;
@@ -258,6 +261,10 @@ class StreamThread(threading.Thread):
                     "from the last committed offsets and restored from their changelogs", self.name, failure,
                     task_ids)
         producer.begin()
+        # A failure inside a revocation (its commit) leaves the revoked partitions unassigned: they are someone
+        # else's now (and a seek on them fails), so only the partitions still assigned get their tasks back.
+        assigned = set(as_pairs(self.consumer.assignment()))
+        partitions = [tp for tp in partitions if tp in assigned]
         not_ready = set(self.tasks.assign(partitions))
         self._seek_to_committed(partitions)
         if not_ready:
@@ -265,7 +272,7 @@ class StreamThread(threading.Thread):
         ready = [TopicPartition(*tp) for tp in partitions if tp not in not_ready]
         if ready:
             self.consumer.resume(ready)
-        self._on_state(self, "REBALANCING" if not_ready else "RUNNING")
+        self._on_state(self, "REBALANCING" if not_ready or self._waiting_since is not None else "RUNNING")
 
     def _abandon_transaction(self) -> tuple[list[tuple[str, int]], list[str]]:
         """Abort the open transaction (best effort), drop its failed deliveries, close every task dirty and wipe

@@ -114,9 +114,11 @@ class AtLeastOnceProducer:
 
 
 def streams_producer(config: StreamsConfig, consumer: Consumer | None,
-                     on_delivery_error: Callable[[Any, Any], None], thread_index: int = 1) -> StreamsProducer:
+                     on_delivery_error: Callable[[Any, Any], None], thread_index: int,
+                     process_id: str) -> StreamsProducer:
     """The producer ``processing.guarantee`` asks for: at-least-once, or under ``exactly_once_v2`` the
-    transactional producer of stream thread ``thread_index`` (counted from 1; it names the transactional id)."""
+    transactional producer of stream thread ``thread_index`` (counted from 1) of the KafkaStreams instance
+    ``process_id``: both name its transactional id (:func:`transactional_id`)."""
     if config.exactly_once:
         if not config["instance.name"] and thread_index == 1:
             log.warning("processing.guarantee=exactly_once_v2 without instance.name: a restart of this instance "
@@ -125,5 +127,5 @@ def streams_producer(config: StreamsConfig, consumer: Consumer | None,
                         "transactions out: until a producer with the dead one's id initializes). Set "
                         "instance.name to a name unique per live instance.")
         return TransactionalProducer(config.producer_config(), consumer, on_delivery_error,
-                                     transactional_id(config, thread_index), config["bootstrap.servers"])
+                                     transactional_id(config, thread_index, process_id), config["bootstrap.servers"])
     return AtLeastOnceProducer(config.producer_config(), consumer, on_delivery_error)

@@ -2,10 +2,10 @@
 
 As Kafka Streams' EOS-v2 ``StreamsProducer``: one transactional producer per stream thread, whose
 ``transactional.id`` is ``<application.id>-<instance.name>-<thread index>`` when the instance has a stable
-name (``instance.name``), else ``<application.id>-<a random id of this process>-<thread index>``. Everything
-the thread sends between two commits — outputs, changelog writes, dead letters — belongs to one transaction,
-and the input offsets are committed only through it (``send_offsets_to_transaction``, never the consumer's
-own commit), so a commit makes all of it visible to ``read_committed`` readers at once, or none of it.
+name (``instance.name``), else ``<application.id>-<a random id of this KafkaStreams instance>-<thread index>``.
+Everything the thread sends between two commits — outputs, changelog writes, dead letters — belongs to one
+transaction, and the input offsets are committed only through it (``send_offsets_to_transaction``, never the
+consumer's own commit), so a commit makes all of it visible to ``read_committed`` readers at once, or none of it.
 
 What goes wrong, and what the stream thread does about it (:meth:`StreamThread._recover_transaction`):
 
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -37,8 +36,6 @@ from streaming.errors import ProductionError, StreamsError, TaskCorruptedError, 
 
 log = logging.getLogger(__name__)
 
-#: One id per process, for transactional ids of instances without ``instance.name`` (Kafka Streams' process id).
-PROCESS_ID = uuid.uuid4().hex
 INIT_TIMEOUT_S = 30.0
 COMMIT_TIMEOUT_S = 60.0
 ABORT_TIMEOUT_S = 10.0
@@ -56,12 +53,15 @@ UNSUPPORTED_CODES = frozenset({KafkaError._UNSUPPORTED_FEATURE, KafkaError._NOT_
                                KafkaError.UNSUPPORTED_VERSION, KafkaError.INVALID_REQUEST})
 
 
-def transactional_id(config: StreamsConfig, thread_index: int) -> str:
-    """``<application.id>-<instance.name or this process's random id>-<thread index>`` (threads count from 1).
+def transactional_id(config: StreamsConfig, thread_index: int, process_id: str) -> str:
+    """``<application.id>-<instance.name or process_id>-<thread index>`` (threads count from 1).
 
     With ``instance.name`` the id survives restarts, so a restarted instance fences its previous incarnation
-    (and aborts the transaction it left open); two live instances must never share a name."""
-    return f"{config.application_id}-{config['instance.name'] or PROCESS_ID}-{thread_index}"
+    (and aborts the transaction it left open); two live instances must never share a name. Without it,
+    ``process_id`` is the KafkaStreams instance's random id (Kafka Streams' process id, one per instance, not per
+    Python process: two instances of one application in one process would otherwise share transactional ids
+    and fence each other in turn)."""
+    return f"{config.application_id}-{config['instance.name'] or process_id}-{thread_index}"
 
 
 def kafka_error(exc: BaseException) -> KafkaError | None:

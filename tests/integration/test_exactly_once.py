@@ -69,8 +69,8 @@ def hides_aborted_records(bootstrap: str) -> bool:
                           client_config={"isolation.level": "read_committed"})
 
 
-def read_committed(bootstrap: str, topic: str, value_serde: Any) -> list[ConsumedRecord]:
-    return read_topic(bootstrap, topic, Serdes.String(), value_serde, PARTITIONS,
+def read_committed(bootstrap: str, topic: str, value_serde: Any, partitions: int = PARTITIONS) -> list[ConsumedRecord]:
+    return read_topic(bootstrap, topic, Serdes.String(), value_serde, partitions,
                       client_config={"isolation.level": "read_committed"})
 
 
@@ -81,8 +81,10 @@ def last_per_key(records: list[ConsumedRecord]) -> dict[Any, Any]:
 class Oracle:
     """The input as read back: per (partition, offset) its key; counts per key; each record's running count."""
 
-    def __init__(self, bootstrap: str, source: str, skipped: tuple[int, int] | None = None) -> None:
-        inputs = read_topic(bootstrap, source, Serdes.String(), Serdes.String(), PARTITIONS)
+    def __init__(self, bootstrap: str, source: str, skipped: tuple[int, int] | None = None,
+                 partitions: int = PARTITIONS) -> None:
+        self.partitions = partitions
+        inputs = read_topic(bootstrap, source, Serdes.String(), Serdes.String(), partitions)
         self.key_of = {(r.partition, r.offset): r.key for r in inputs if (r.partition, r.offset) != skipped}
         self.counts = collections.Counter(self.key_of.values())
         seen: collections.Counter[str] = collections.Counter()
@@ -93,7 +95,8 @@ class Oracle:
 
     def check_state(self, bootstrap: str, app_id: str, output: list[ConsumedRecord]) -> None:
         """The changelog's last count per key, and the last output per key, are the oracle's counts."""
-        final = last_per_key(read_committed(bootstrap, changelog_topic(app_id, counting.STORE), Serdes.Long()))
+        final = last_per_key(read_committed(bootstrap, changelog_topic(app_id, counting.STORE), Serdes.Long(),
+                                            self.partitions))
         assert final == dict(self.counts), {k: (final.get(k), v) for k, v in self.counts.items() if final.get(k) != v}
         assert {k: v["count"] for k, v in last_per_key(output).items()} == dict(self.counts)
 
@@ -184,8 +187,8 @@ class AbortOnce:
     as an abortable producer error would (:class:`TaskCorruptedError`), after noting the group's committed
     offsets at that moment."""
 
-    def __init__(self, bootstrap: str, group: str, source: str) -> None:
-        self.bootstrap, self.group, self.source = bootstrap, group, source
+    def __init__(self, bootstrap: str, group: str, source: str, partitions: int = PARTITIONS) -> None:
+        self.bootstrap, self.group, self.source, self.partitions = bootstrap, group, source, partitions
         self.committed_at_abort: dict[int, int] | None = None
         self.at: tuple[int, int] | None = None
 
@@ -197,7 +200,7 @@ class AbortOnce:
                 if record.value == "abort-here" and injector.at is None:
                     injector.at = (self.context.partition, self.context.offset)
                     injector.committed_at_abort = committed_offsets(injector.bootstrap, injector.group,
-                                                                    injector.source, PARTITIONS)
+                                                                    injector.source, injector.partitions)
                     raise TaskCorruptedError("injected: the transaction failed with an abortable error")
                 if record.value != "abort-here":
                     super().process(record)

@@ -17,7 +17,7 @@ from streaming.errors import ConfigError, ProductionError, StreamsError, TaskCor
 from streaming.runtime import transactions
 from streaming.runtime.client_configs import global_consumer_config, restore_consumer_config
 from streaming.runtime.record_collector import KafkaRecordCollector
-from streaming.runtime.transactions import PROCESS_ID, TransactionalProducer, classify, transactional_id
+from streaming.runtime.transactions import TransactionalProducer, classify, transactional_id
 from streaming.state.caching import CacheBudget, CachingBytesStore
 from streaming.state.memory import InMemoryBytesStore
 
@@ -111,9 +111,21 @@ def producer(consumer: FakeConsumer | None = None, delivery_errors: list[Any] | 
 OFFSETS = [TopicPartition("in", 0, 42)]
 
 
-def test_transactional_id_is_stable_with_an_instance_name_and_per_process_without() -> None:
-    assert transactional_id(StreamsConfig({**BASE, "instance.name": "host-7"}), 2) == "app-host-7-2"
-    assert transactional_id(StreamsConfig(BASE), 1) == f"app-{PROCESS_ID}-1"
+def test_transactional_id_is_stable_with_an_instance_name_and_per_instance_without() -> None:
+    assert transactional_id(StreamsConfig({**BASE, "instance.name": "host-7"}), 2, "p1") == "app-host-7-2"
+    assert transactional_id(StreamsConfig(BASE), 1, "p1") == "app-p1-1"
+
+
+def test_two_instances_in_one_process_without_an_instance_name_get_distinct_transactional_ids() -> None:
+    """The id was once per Python process: two KafkaStreams of one application in one process shared their
+    threads' transactional ids and fenced each other in turn (found by tests/integration/test_exactly_once_threads)."""
+    from streaming import KafkaStreams, Serdes, Topology
+
+    topology = Topology().add_source("in", "input", key_serde=Serdes.String(), value_serde=Serdes.String())
+    config = StreamsConfig({**BASE, "processing.guarantee": "exactly_once_v2"})
+    first, second = KafkaStreams(topology, config), KafkaStreams(topology, config)
+    assert first.process_id != second.process_id
+    assert transactional_id(config, 1, first.process_id) != transactional_id(config, 1, second.process_id)
 
 
 @pytest.mark.parametrize(("error", "expected"), [
@@ -324,3 +336,35 @@ def test_a_dirty_close_drops_the_cache_and_gives_its_bytes_back_to_the_thread_s_
     assert budget.used > 0
     cached.close()
     assert budget.used == 0 and len(cached.cache) == 0
+
+
+def test_an_abort_inside_a_revocation_re_creates_no_task_for_the_partitions_it_gave_up(
+        fake: type[FakeProducer], tmp_path: Any) -> None:
+    """An abortable failure raised inside a revocation (its commit) reaches the stream thread once the consumer
+    gave the revoked partitions up. The recovery used to re-create their tasks and seek on them, which failed
+    ("Erroneous state": not assigned) and killed the thread (found by tests/integration/test_exactly_once_threads).
+    Now it aborts, wipes, and leaves the partitions to the assignment that ends the rebalance. (A real consumer
+    with nothing assigned; the fake producer only stands in for the broker's transactions.)"""
+    from streaming import Serdes, Topology
+    from streaming.runtime.stream_thread import StreamThread
+
+    topology = (Topology().add_source("in", "input", key_serde=Serdes.String(), value_serde=Serdes.String())
+                .add_sink("out", "output", "in", key_serde=Serdes.String(), value_serde=Serdes.String())).bind("app")
+    config = StreamsConfig({**BASE, "processing.guarantee": "exactly_once_v2", "instance.name": "x",
+                            "state.dir": str(tmp_path)})
+    states: list[str] = []
+    thread = StreamThread("app-StreamThread-1", topology, config, lambda _, state: states.append(state),
+                          process_id="p")
+    thread.tasks._stream_times = None  # no group coordinator here to read the tasks' committed stream time from
+    try:
+        thread.tasks.assign([("input", 0), ("input", 1)])
+        thread.collector.producer.begin()
+        thread._waiting_since = 0.0  # what the revocation sets: the thread waits for its next assignment
+        assert thread.consumer.assignment() == []
+        thread._recover_transaction(TaskCorruptedError("the revocation's commit failed"))
+        assert thread.tasks.tasks == {} and thread.tasks.task_of == {}
+        assert states == ["REBALANCING"]
+        assert fake.instances[0].calls == ["init_transactions", "begin_transaction", "abort_transaction",
+                                           "begin_transaction"]
+    finally:
+        thread.discard()
