@@ -50,8 +50,9 @@ class StreamsProducer(Protocol):
     def commit(self, offsets: list[TopicPartition]) -> bool:
         """Make everything sent since :meth:`begin` durable together with ``offsets`` (the next offsets to
         read, per input partition). The caller flushed first (:meth:`RecordCollector.flush`, the commit path's
-        step 2), so every record sent is acknowledged or handled. False if the group moved on (rebalance) and the offsets were refused
-        (at-least-once); a transactional producer raises TaskMigratedError / TaskCorruptedError instead."""
+        step 2), so every record sent is acknowledged or handled. False if the group moved on (rebalance) and the
+        offsets were refused (at-least-once); a transactional producer raises TaskMigratedError /
+        TaskCorruptedError instead."""
         ...
 
     def close(self) -> None:
