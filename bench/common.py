@@ -45,6 +45,8 @@ CONSUMER_SETTINGS: dict[str, Any] = {
     # (1000 ms) a partition whose fetch queue is over the threshold waits a full second before the
     # next fetch, which stalls throughput. 10 ms keeps every partition flowing.
     "fetch.queue.backoff.ms": 10,
+    # Brook's own default (the embedded broker holds a fetch for the whole wait): set here so both sides fetch alike.
+    "fetch.wait.max.ms": 50,
     # Group join in ~3 s on the embedded broker instead of ~20 s.
     "session.timeout.ms": 6000,
     "heartbeat.interval.ms": 500,
