@@ -15,6 +15,7 @@ worker, one after the other.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -70,6 +71,16 @@ class XdistGroups:
 def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistGroups(), "brook-xdist-groups")
+    if hasattr(config, "workerinput"):  # this process is a pytest-xdist worker
+        main = sys.modules["__main__"]
+        # Its __main__ is execnet's bootstrap, as for `python -c`: no __spec__, no __file__. pyspark.sql.connect
+        # takes that for a doctest run and, without Spark Connect's dependencies (grpc), calls sys.exit(0) when
+        # imported, which great_expectations' import (it probes pyspark.sql.connect) raises as SystemExit.
+        # Name the module the worker runs as __main__'s file.
+        if getattr(main, "__spec__", None) is None and not hasattr(main, "__file__"):
+            import xdist.remote
+
+            main.__file__ = xdist.remote.__file__
 
 
 @pytest.fixture(scope="session")
