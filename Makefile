@@ -8,6 +8,9 @@ STAMP := $(VENV)/.installed
 DAGSTER_HOME ?= $(CURDIR)/.dagster
 UI_PORT ?= 3000
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` (tests/conftest.py: what each worker gets, which tests share one);
+# PYTEST_WORKERS=0 runs the suite in this process, one test after the other.
+PYTEST_WORKERS ?= 2
 
 .PHONY: .venv demo test bench ui clean
 
@@ -23,7 +26,7 @@ demo: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	DAGSTER_HOME=$(DAGSTER_HOME) $(VENV)/bin/python -m apps.demo
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The benchmarks, in sequence; each runs even if an earlier one fails; exit code = the worst one.
 bench: $(STAMP)

@@ -5,11 +5,17 @@ address, and unique names.
 broker: ~0.1 s start, plus up to ~5 s to stop while clients still hold connections; Spark: 6-15 s).
 Set ``BROOK_TEST_BOOTSTRAP_SERVERS`` to run the ``bootstrap``-based tests against another cluster
 (e.g. Apache Kafka) instead.
+
+``make test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``): each worker is its own
+test session, with its own broker and SparkSession (its own ports and temporary directories). The files of
+:data:`XDIST_GROUPS` that must not run at the same time as each other share a group, which keeps them on one
+worker, one after the other.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +28,59 @@ from streaming.broker import EmbeddedBroker
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+#: Test files whose tests run on one pytest-xdist worker, one after the other, by group (``--dist loadgroup``).
+XDIST_GROUPS: dict[str, str] = {
+    # Spark: one JVM at a time on 2 cores (the ``spark`` fixture's, or the Dagster CLI's in a subprocess)
+    "tests/e2e/test_compaction.py": "spark",
+    "tests/e2e/test_cli_materialize.py": "spark",
+    "tests/integration/test_archive.py": "spark",
+    "tests/integration/test_kafka_source.py": "spark",
+    # the fault-injection runs: several worker processes each, SIGKILLed on a schedule, with short session
+    # timeouts; two of them at once on 2 cores would starve each other's heartbeats
+    "tests/integration/test_fault_injection.py": "faults",
+    "tests/integration/test_exactly_once_faults.py": "faults",
+    "tests/integration/test_broker_bounce.py": "faults",
+    # network namespaces: each picks a free 10.213.X.0/24 by looking at the machine's routes, which two
+    # workers doing it at the same instant could both pick
+    "tests/unit/test_netns.py": "netns",
+    "tests/integration/test_multi_host.py": "netns",
+}
+
+
+class XdistGroups:
+    """A pytest-xdist plugin: ``--dist loadgroup`` that also groups the files of :data:`XDIST_GROUPS`.
+
+    With pytest 9.2, pytest-xdist's own ``xdist_group`` marks group nothing (pytest-xdist 3.8 passes the group
+    in the test's node id, which pytest no longer lets it change: pytest-dev/pytest-xdist#1386), so the
+    groups are given to the scheduler here, by file. Work goes out largest group first, then test by test in
+    collection order (e2e and integration before the many short unit tests, which fill the end).
+    """
+
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if config.getvalue("dist") != "loadgroup":
+            return None
+        from xdist.scheduler import LoadGroupScheduling
+
+        class FileGroupScheduling(LoadGroupScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return XDIST_GROUPS.get(nodeid.split("::", 1)[0]) or super()._split_scope(nodeid)
+
+        return FileGroupScheduling(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistGroups(), "brook-xdist-groups")
+    if hasattr(config, "workerinput"):  # this process is a pytest-xdist worker
+        main = sys.modules["__main__"]
+        # Its __main__ is execnet's bootstrap, as for `python -c`: no __spec__, no __file__. pyspark.sql.connect
+        # takes that for a doctest run and, without Spark Connect's dependencies (grpc), calls sys.exit(0) when
+        # imported, which great_expectations' import (it probes pyspark.sql.connect) raises as SystemExit.
+        # Name the module the worker runs as __main__'s file.
+        if getattr(main, "__spec__", None) is None and not hasattr(main, "__file__"):
+            import xdist.remote
+
+            main.__file__ = xdist.remote.__file__
 
 
 @pytest.fixture(scope="session")
