@@ -109,6 +109,19 @@ def emissions(output: list[ConsumedRecord]) -> dict[tuple[int, int], list[int]]:
     return emitted
 
 
+def check_exactly_once(bootstrap: str, app_id: str, source: str, sink: str) -> list[ConsumedRecord]:
+    """The counting app's read_committed output has every input exactly once, with its running count, and the
+    changelog and the last output per key hold the oracle's counts. Returns the output."""
+    oracle = Oracle(bootstrap, source)
+    output = read_committed(bootstrap, sink, Serdes.Json())
+    emitted = emissions(output)
+    assert set(emitted) == set(oracle.key_of)
+    assert all(counts == [oracle.rank[po]] for po, counts in emitted.items()), \
+        {po: c for po, c in emitted.items() if c != [oracle.rank[po]]}
+    oracle.check_state(bootstrap, app_id, output)
+    return output
+
+
 class RestoreStarts:
     """A StateRestoreListener keeping every restore start (changelog partition, start and end offset)."""
 
@@ -171,12 +184,7 @@ def test_counting_app_output_and_state_match_the_oracle(bootstrap: str, unique_n
     finally:
         assert app.close(30)
     assert app.exception is None
-    oracle = Oracle(bootstrap, source)
-    output = read_committed(bootstrap, sink, Serdes.Json())
-    emitted = emissions(output)
-    assert set(emitted) == set(oracle.key_of)
-    assert all(counts == [oracle.rank[po]] for po, counts in emitted.items())
-    oracle.check_state(bootstrap, unique_name, output)
+    output = check_exactly_once(bootstrap, unique_name, source, sink)
     for partition in range(PARTITIONS):  # a commit marker follows each transaction's records
         offsets = sorted(r.offset for r in output if r.partition == partition)
         assert offsets[-1] + 1 >= len(offsets) + 2, f"output partition {partition} has no transaction markers"
@@ -299,12 +307,7 @@ def test_a_fenced_instance_without_instance_name_rejoins_with_a_new_producer(
     restarts = listener.starts[PARTITIONS:]
     assert sorted(tp[1] for tp, _, _ in restarts) == list(range(PARTITIONS)), listener.starts
     assert all(start == 0 and end > 0 for _, start, end in restarts), restarts
-    oracle = Oracle(bootstrap, source)
-    output = read_committed(bootstrap, sink, Serdes.Json())
-    emitted = emissions(output)
-    assert set(emitted) == set(oracle.key_of)
-    assert all(counts == [oracle.rank[po]] for po, counts in emitted.items())
-    oracle.check_state(bootstrap, unique_name, output)
+    check_exactly_once(bootstrap, unique_name, source, sink)
 
 
 def test_restore_rebuilds_aborted_changelog_writes_on_a_broker_that_shows_them(
@@ -438,13 +441,7 @@ def test_a_zombie_instance_is_fenced_and_its_output_never_committed(bootstrap: s
                           else "fenced while processing what arrived while it was stopped"))
     fenced_at = zombie[zombie.index("was fenced") - 300:zombie.index("was fenced") + 200]
     print(f"zombie A's fencing: ...{fenced_at}...")
-    oracle = Oracle(bootstrap, source)
-    output = read_committed(bootstrap, sink, Serdes.Json())
-    emitted = emissions(output)
-    assert set(emitted) == set(oracle.key_of)
-    assert all(counts == [oracle.rank[po]] for po, counts in emitted.items()), \
-        {po: c for po, c in emitted.items() if c != [oracle.rank[po]]}
-    oracle.check_state(bootstrap, unique_name, output)
+    check_exactly_once(bootstrap, unique_name, source, sink)
 
 
 class Feeder(threading.Thread):
