@@ -40,8 +40,8 @@ def restore_consumer_config(consumer_config: Mapping[str, Any]) -> dict[str, Any
 
 
 def stream_time_reader_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
-    """The reader of the stream-time topics (by assign(), from the beginning to partition EOF, when tasks are
-    created): the restore consumer's settings, starting at the earliest offset."""
+    """The reader of the stream-time topics (by assign(), a partition's tail to partition EOF, when tasks are
+    created): the restore consumer's settings, starting at the earliest offset where a start is gone."""
     return {**restore_consumer_config(consumer_config), "auto.offset.reset": "earliest",
             "group.id": f"{consumer_config['group.id']}-stream-time"}
 
