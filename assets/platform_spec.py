@@ -30,6 +30,8 @@ from pydantic import (
     model_validator,
 )
 
+from streaming.yaml_files import DuplicateKeyError, load_yaml
+
 __all__ = [
     "ARCHIVE_METADATA_COLUMNS",
     "EXTRA_FIELDS_COLUMN",
@@ -437,9 +439,11 @@ def load_platform_spec(path: Path | str | None = None) -> PlatformSpec:
     """
     spec_path = Path(path) if path is not None else find_spec_path()
     try:
-        raw = yaml.safe_load(spec_path.read_text())
+        raw = load_yaml(spec_path.read_text())
     except OSError as exc:
         raise PlatformSpecError(f"cannot read platform spec {spec_path}: {exc}") from exc
+    except DuplicateKeyError as exc:
+        raise PlatformSpecError(f"platform spec {spec_path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise PlatformSpecError(f"platform spec {spec_path} is not valid YAML: {exc}") from exc
     try:
