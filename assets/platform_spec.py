@@ -213,7 +213,8 @@ class QualityRule(_Model):
     - ``range``: every non-null value of ``columns`` within ``[min, max]`` (numeric columns);
     - ``unique``: no two rows share the values of ``columns`` (together: a compound key);
     - ``absent``: ``columns`` never carry a value (fields that must never be written, e.g. a card
-      number: the archive keeps undeclared fields, so a leaked one is seen);
+      number: the archive keeps undeclared fields, so a leaked one is seen, and the check also looks in
+      the raw bytes of the day's undecodable records);
     - ``freshness``: the newest ``columns[0]`` (default: the record ``timestamp``; else an epoch-ms
       field) is at most ``max_age_minutes`` older than the end of the day checked, or than now for
       today;
