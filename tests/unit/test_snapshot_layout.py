@@ -54,13 +54,18 @@ def test_manifest_json_has_the_documented_fields_and_round_trips(tmp_path: Path)
     m = manifest("00000002", {0: 10, 1: 7}, previous="00000001")
     body = json.loads(m.to_json())
     assert list(body) == ["format", "snapshot_id", "application_id", "store", "changelog_topic", "created_at",
-                          "data", "previous", "partitions", "records_read", "keys", "duration_s"]
+                          "data", "previous", "partitions", "records_read", "keys", "duration_s", "identity"]
     assert body["data"] == "data/00000002"
+    assert body["identity"] == {"application_id": APP, "store": STORE, "changelog_topic": f"{APP}-{STORE}-changelog",
+                                "partitions": 2, "changelog_id": "none", "reset_epoch": "none", "generation": "none"}
     assert body["partitions"] == {"0": {"next_offset": 10, "keys": 5, "records_read": 10},
                                   "1": {"next_offset": 7, "keys": 3, "records_read": 7}}
     assert body["created_at"].endswith("Z") and body["duration_s"] == 1.235
     again = SnapshotManifest.from_json(json.dumps({**body, "written_by": "a newer writer"}), "m.json")
     assert again.next_offsets == {0: 10, 1: 7}
+    assert again.identity == m.identity
+    old = {k: v for k, v in body.items() if k != "identity"}  # written before identities: one is derived
+    assert SnapshotManifest.from_json(json.dumps(old), "m.json").identity == m.identity
     assert again.extra == {"written_by": "a newer writer"}
     assert json.loads(again.to_json())["written_by"] == "a newer writer"
 
