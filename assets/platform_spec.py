@@ -319,7 +319,8 @@ class ArchiveSpec(_Model):
 
 
 class SnapshotsSpec(_Model):
-    """Where changelog compaction writes store snapshots (and workers read them), and how many to keep.
+    """Where changelog compaction writes store snapshots (and workers read them), how many to keep, and for how
+    long a superseded one is kept anyway (``prune_grace_minutes``).
 
     ``location``: a local directory (relative paths are relative to the repository root) or a URI
     the cluster can reach: ``s3a://bucket/prefix`` (Spark's S3A connector; read as ``s3://`` by
@@ -328,6 +329,10 @@ class SnapshotsSpec(_Model):
 
     location: str = Field(default=".brook/snapshots", min_length=1)
     keep: PositiveInt = 3
+    prune_grace_minutes: NonNegativeFloat = 10
+    """A snapshot past ``keep`` is deleted only once the snapshot after it is this old: a worker that picked it as
+    the newest may still be loading it (a worker that loses it mid-load falls back to an older snapshot or the
+    whole changelog, but never runs on a short one)."""
 
     def resolved_location(self, root: Path) -> str:
         """``location`` with a relative local path made absolute against ``root``."""
