@@ -12,8 +12,6 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from assets.platform_spec import AppSpec, PlatformSpec, PlatformSpecError, repo_root
 from streaming.serdes import (
     BytesSerde,
@@ -27,6 +25,7 @@ from streaming.serdes import (
 )
 from streaming.topology import Topology
 from streaming.topology.nodes import SinkNodeDef, SourceNodeDef
+from streaming.yaml_files import load_yaml
 
 __all__ = ["check_apps_against_topologies", "load_app_topology"]
 
@@ -55,7 +54,7 @@ def _default_serdes(app: AppSpec) -> tuple[Serde[Any], Serde[Any]]:
     config: dict[str, Any] = {}
     resolved = path if path.is_absolute() else repo_root() / path
     if resolved.is_file():
-        config = yaml.safe_load(resolved.read_text()) or {}
+        config = load_yaml(resolved.read_text()) or {}
     return (resolve_serde(config.get("default.key.serde", "String")),
             resolve_serde(config.get("default.value.serde", "Json")))
 

@@ -4,7 +4,7 @@
 :func:`assets.spark.compaction.compact_changelog` (the previous snapshot plus the changelog tail
 since it -> a new Parquet snapshot and manifest under the spec's ``snapshots.location``; see
 ``streaming/state/snapshots.py`` for the layout), prunes snapshots past ``snapshots.keep``, and
-optionally truncates the changelog below the new snapshot (run config ``truncate: true``; refused
+optionally truncates the changelog below the oldest snapshot kept (run config ``truncate: true``; refused
 on the embedded broker, see :mod:`assets.truncation`). The assets share the ``spark`` pool, so two
 compactions never compete for the cores.
 
@@ -64,7 +64,7 @@ def _compaction_asset(app_name: str, app: AppSpec, store: StoreSpec) -> dg.Asset
     def compact(context: dg.AssetExecutionContext, config: CompactionConfig, kafka: KafkaResource,
                 platform: PlatformResource, pyspark: SparkResource) -> dg.MaterializeResult:
         from assets.spark.compaction import compact_changelog
-        from assets.truncation import delete_records_refusal, truncate_changelog
+        from assets.truncation import delete_records_refusal, kept_next_offsets, truncate_changelog
 
         spec = platform.spec()
         client_config = kafka.client_config()
@@ -77,15 +77,23 @@ def _compaction_asset(app_name: str, app: AppSpec, store: StoreSpec) -> dg.Asset
         location = spec.snapshots.resolved_location(repo_root())
         result = compact_changelog(pyspark.spark_session, client_config=client_config, location=location,
                                    application_id=app.application_id, store=store.name,
-                                   changelog_topic=changelog, keep=spec.snapshots.keep)
+                                   changelog_topic=changelog, keep=spec.snapshots.keep,
+                                   prune_grace_s=spec.snapshots.prune_grace_minutes * 60)
         manifest = result.manifest
+        for skipped, why in result.skipped.items():
+            context.log.error(f"snapshot {skipped} of {changelog} is damaged and was not continued: {why}")
         context.log.info(f"snapshot {manifest.snapshot_id} of {changelog}: {manifest.records_read} records read, "
+                         f"{result.previous_keys} rows of snapshot {manifest.previous or 'none'} merged, "
                          f"{manifest.keys} keys kept, in {manifest.duration_s:.1f} s -> {result.snapshot_uri}")
         metadata: dict[str, object] = {
             "snapshot_id": manifest.snapshot_id,
             "previous_snapshot": manifest.previous or "none",
             "records_read": manifest.records_read,
+            # What was read from the base snapshot (checked against its manifest), not what the manifest says.
             "previous_keys": result.previous_keys,
+            "previous_rows_per_partition": {str(p): n for p, n in sorted(result.base_rows.items())},
+            "skipped_damaged_snapshots": result.skipped,
+            "changelog_topic_id": manifest.store_identity.changelog_id,
             "keys_kept": manifest.keys,
             "dagster/row_count": manifest.keys,
             "compaction_ratio": dg.MetadataValue.float(round(result.compaction_ratio, 3)),
@@ -96,7 +104,9 @@ def _compaction_asset(app_name: str, app: AppSpec, store: StoreSpec) -> dg.Asset
             "pruned_snapshots": result.pruned,
         }
         if config.truncate:
-            low = truncate_changelog(client_config, changelog, manifest.next_offsets)
+            # Below the oldest snapshot kept, not the new one: a restore may still be reading an older one.
+            low = truncate_changelog(client_config, changelog, kept_next_offsets(location, app.application_id,
+                                                                                 store.name))
             metadata["truncated_below"] = {str(p): o for p, o in sorted(low.items())}
         return dg.MaterializeResult(metadata=metadata)
 

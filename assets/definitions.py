@@ -16,7 +16,7 @@ from assets.archive.assets import archive_assets
 from assets.automation import automation_schedules
 from assets.compaction import compaction_assets
 from assets.platform_spec import find_spec_path, load_platform_spec
-from assets.quality import quality_checks
+from assets.quality import quality_checks, undecodable_checks
 from assets.resources import PlatformResource, kafka_resource, spark_resource
 from assets.topics import topic_asset_specs
 
@@ -26,7 +26,7 @@ check_apps_against_topologies(platform_spec)
 
 defs = dg.Definitions(
     assets=[*topic_asset_specs(platform_spec), *compaction_assets(platform_spec), *archive_assets(platform_spec)],
-    asset_checks=quality_checks(platform_spec),
+    asset_checks=[*quality_checks(platform_spec), *undecodable_checks(platform_spec)],
     schedules=automation_schedules(platform_spec.archive, platform_spec.archive_closing_minutes()),
     # Steps of a run share its process, hence one SparkSession (6-15 s to start) for all its Spark
     # assets; Spark parallelizes inside each step, and the `spark` pool keeps runs from overlapping.

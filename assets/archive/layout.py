@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["MANIFEST", "UNDECODABLE_DIR", "ArchiveMissingError", "day_dir", "day_row_count", "read_day",
-           "read_manifest"]
+           "read_manifest", "read_undecodable", "undecodable_row_count"]
 
 MANIFEST = "_archive.json"
 UNDECODABLE_DIR = "_undecodable"
@@ -61,3 +61,27 @@ def day_row_count(root: Path, topic: str, day: date) -> int:
 def read_manifest(root: Path, topic: str, day: date) -> dict[str, Any]:
     """The day's manifest: what was read (offset ranges), written (rows) and when."""
     return json.loads((_existing(root, topic, day) / MANIFEST).read_text())
+
+
+def _undecodable_dataset(root: Path, topic: str, day: date) -> Any:
+    import pyarrow.dataset as ds
+
+    path = _existing(root, topic, day) / UNDECODABLE_DIR
+    return ds.dataset(path, format="parquet") if path.is_dir() else None
+
+
+def read_undecodable(root: Path, topic: str, day: date, columns: list[str] | None = None) -> pd.DataFrame:
+    """The day's undecodable records (topic, partition, offset, timestamp, raw ``key`` and ``value`` bytes,
+    ``error``), ``columns`` only when given; an empty frame when the day has none."""
+    import pandas as pd
+
+    dataset = _undecodable_dataset(root, topic, day)
+    if dataset is None:
+        return pd.DataFrame(columns=columns or ["topic", "partition", "offset", "timestamp", "key", "value", "error"])
+    return dataset.to_table(columns=columns).to_pandas()
+
+
+def undecodable_row_count(root: Path, topic: str, day: date) -> int:
+    """How many of the day's records could not be decoded (from Parquet metadata)."""
+    dataset = _undecodable_dataset(root, topic, day)
+    return 0 if dataset is None else dataset.count_rows()

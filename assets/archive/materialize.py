@@ -32,7 +32,7 @@ from assets.spark import SOURCE_NAME, client_options
 from assets.spark.offsets import partition_bounds, reader_consumer, topic_partitions
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 __all__ = ["READER_SETTINGS", "ArchiveError", "ArchivedDay", "PartitionReport", "archive_day"]
 
@@ -159,6 +159,13 @@ def _verify_disorder(topic: str, day: date, stats: dict[int, dict[str, Any]], bo
                 f"day {day} could miss records: raise the bound in platform.yaml and archive the day again")
 
 
+def _column(name: str) -> Column:
+    """The column called ``name`` exactly: quoted, so a field such as ``event.type`` is not read as a struct path."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
 def _write(decoded: DataFrame, spec: TopicSpec, day_start_ms: int, staging: Path, undecodable: int) -> None:
     """The day's decoded records into ``staging``, its undecodable ones (raw bytes, reason) into
     ``staging/_undecodable``."""
@@ -166,7 +173,7 @@ def _write(decoded: DataFrame, spec: TopicSpec, day_start_ms: int, staging: Path
 
     ts_ms = F.unix_millis("timestamp")
     in_day = (ts_ms >= day_start_ms) & (ts_ms < day_start_ms + DAY_MS)
-    (decoded.where(in_day & F.col(ERROR_COLUMN).isNull()).select(*spec.columns())
+    (decoded.where(in_day & F.col(ERROR_COLUMN).isNull()).select(*[_column(name) for name in spec.columns()])
      .write.mode("errorifexists").parquet(str(staging)))
     if undecodable:
         (decoded.where(in_day & F.col(ERROR_COLUMN).isNotNull())

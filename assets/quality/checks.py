@@ -1,7 +1,7 @@
 """Dagster asset checks built from the platform spec's ``quality`` rules, one per rule.
 
 A rule on topic ``T`` checks the ``archive/T`` asset: it reads the archived day (only the columns it
-needs) and validates it with Great Expectations (:mod:`assets.quality.validation`). The checked day
+needs; an ``absent`` rule also the raw bytes of the day's undecodable records) and validates it with Great Expectations (:mod:`assets.quality.validation`). The checked day
 is the run's partition (checks run in the same run as the archive partition they follow), or, when a
 check is run on its own, the archive's latest materialized partition. The checks come from the spec
 the code location loaded; a run reads the rule, the topic and the archive location from the spec
@@ -21,13 +21,13 @@ from typing import Any
 import dagster as dg
 
 from assets.archive.keys import archive_asset_key, partition_day
-from assets.archive.layout import ArchiveMissingError, day_dir, day_row_count, read_day
+from assets.archive.layout import ArchiveMissingError, day_dir, day_row_count, read_day, read_undecodable
 from assets.platform_spec import PlatformSpec, QualityRule
 from assets.quality.expectations import expectations_for, row_count_bounds
 from assets.quality.validation import RuleOutcome, columns_to_read, prepare_frame, run_expectations
 from assets.resources import PlatformResource
 
-__all__ = ["quality_checks"]
+__all__ = ["checked_day", "quality_checks"]
 
 
 def _describe(rule: QualityRule) -> str:
@@ -45,7 +45,7 @@ def _describe(rule: QualityRule) -> str:
     return f"Quality rule {rule.name} ({rule.check}, {rule.severity}{blocking}): {what}."
 
 
-def _checked_day(context: dg.AssetCheckExecutionContext, topic: str) -> date:
+def checked_day(context: dg.AssetCheckExecutionContext, topic: str) -> date:
     """The run's partition, else the archive's latest materialized partition."""
     if context.has_partition_key:
         return partition_day(context.partition_key)
@@ -133,12 +133,16 @@ def _rule_check(spec: PlatformSpec, rule: QualityRule) -> dg.AssetChecksDefiniti
             raise dg.Failure(f"quality rule {rule.name!r} is no longer in the platform spec {platform.path}: "
                              "reload the code location")
         topic = current.topics[checked.topic]
-        day = _checked_day(context, checked.topic)
+        day = checked_day(context, checked.topic)
         root = _archive_root(current)
         extra: dict[str, Any] = {}
         baseline_rows = None
+        undecodable = None
         try:
             frame = read_day(root, checked.topic, day, columns_to_read(checked, topic))
+            if checked.check == "absent":  # a leaked field must be seen in undecodable records too
+                undecodable = read_undecodable(root, checked.topic, day, ["partition", "offset", "value"])
+                extra = {"undecodable rows checked": len(undecodable)}
             if checked.check == "row_count":
                 baseline_rows, counts = _baseline_rows(current, checked, day)
                 low, high = row_count_bounds(checked, baseline_rows)
@@ -146,7 +150,7 @@ def _rule_check(spec: PlatformSpec, rule: QualityRule) -> dg.AssetChecksDefiniti
         except ArchiveMissingError as exc:
             raise dg.Failure(f"quality rule {checked.name!r}: {exc}") from exc
         expectations = expectations_for(checked, topic, day=day, now=datetime.now(UTC), baseline_rows=baseline_rows)
-        outcome = run_expectations(checked.name, expectations, prepare_frame(checked, frame))
+        outcome = run_expectations(checked.name, expectations, prepare_frame(checked, frame, undecodable))
         context.log.info(f"{checked.name} on {checked.topic} {day}: {_summary(outcome)}")
         return dg.AssetCheckResult(
             passed=outcome.success,

@@ -10,10 +10,13 @@ and a few failing rows located by Kafka partition and offset.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from assets.platform_spec import EXTRA_FIELDS_COLUMN, QualityRule, TopicSpec
 from assets.quality.expectations import LabelledExpectation
@@ -22,12 +25,14 @@ from assets.quality.gx import great_expectations
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SAMPLE_ROWS", "ExpectationOutcome", "RuleOutcome", "columns_to_read", "prepare_frame",
-           "run_expectations"]
+__all__ = ["SAMPLE_ROWS", "UNDECODABLE_MARK", "ExpectationOutcome", "RuleOutcome", "columns_to_read",
+           "prepare_frame", "run_expectations", "undecodable_field"]
 
 #: Failing rows kept per expectation (located by partition and offset).
 SAMPLE_ROWS = 5
 LOCATION_COLUMNS = ("partition", "offset")
+#: The value an ``absent`` column takes for an undecodable record whose raw bytes name the field.
+UNDECODABLE_MARK = "<named in an undecodable record>"
 
 
 @dataclass(frozen=True)
@@ -78,9 +83,29 @@ def _extra_field(pairs: Any, name: str) -> str | None:
     return None if text is None or text == "null" else text
 
 
-def prepare_frame(rule: QualityRule, frame: pd.DataFrame) -> pd.DataFrame:
+def undecodable_field(raw: bytes | None, name: str) -> str | None:
+    """Whether an undecodable record's raw value carries field ``name``: its JSON text when the value is a
+    JSON object (JSON null counts as absent, as for decoded records), else :data:`UNDECODABLE_MARK` when the
+    bytes hold ``"name":`` anywhere (broken JSON, a nested object), else None."""
+    if raw is None:
+        return None
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        document = None
+    if isinstance(document, dict):
+        value = document.get(name)
+        return None if value is None else orjson.dumps(value).decode()
+    pattern = rb'"' + re.escape(orjson.dumps(name)[1:-1]) + rb'"\s*:'
+    return UNDECODABLE_MARK if re.search(pattern, raw) else None
+
+
+def prepare_frame(rule: QualityRule, frame: pd.DataFrame, undecodable: pd.DataFrame | None = None) -> pd.DataFrame:
     """The frame the expectations run on: record timestamps as UTC instants (Parquet written as
-    INT96 reads back without a time zone), and for ``absent`` each column taken out of ``extra_fields``."""
+    INT96 reads back without a time zone), and for ``absent`` each column taken out of ``extra_fields``,
+    with a row per ``undecodable`` record (partition, offset, raw ``value``) holding what
+    :func:`undecodable_field` finds in its bytes: a leaked field is seen even in a record that went to
+    ``_undecodable/`` because another field was mistyped."""
     import pandas as pd
 
     prepared = frame
@@ -96,6 +121,11 @@ def prepare_frame(rule: QualityRule, frame: pd.DataFrame) -> pd.DataFrame:
             prepared[column] = None
         else:
             prepared[column] = extra.map(lambda pairs, name=column: _extra_field(pairs, name))
+    if undecodable is not None and len(undecodable):
+        raw = undecodable[[*LOCATION_COLUMNS]].copy()
+        for column in rule.columns:
+            raw[column] = undecodable["value"].map(lambda value, name=column: undecodable_field(value, name))
+        prepared = pd.concat([prepared, raw], ignore_index=True)
     return prepared
 
 

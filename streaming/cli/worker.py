@@ -27,6 +27,7 @@ from streaming.config import is_config_key
 from streaming.config_sources import environment_config
 from streaming.errors import StreamsError
 from streaming.topology import Topology
+from streaming.yaml_files import load_yaml
 
 app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, help="Run stream workers.",
                   no_args_is_help=True)
@@ -55,7 +56,7 @@ def load_config(path: Path | None, overrides: list[str]) -> dict[str, Any]:
     config: dict[str, Any] = {}
     if path is not None:
         try:
-            loaded = yaml.safe_load(path.read_text()) or {}
+            loaded = load_yaml(path.read_text()) or {}
         except yaml.YAMLError as exc:
             where = getattr(exc, "problem_mark", None)
             at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""

@@ -74,7 +74,8 @@ class KafkaStreams:
     def __init__(self, topology: Topology, config: Mapping[str, Any]) -> None:
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
         self.topology = topology.bind(self.config.application_id)
-        self._snapshots = snapshot_source(self.config["state.snapshot.location"], self.config.application_id)
+        self._snapshots = snapshot_source(self.config["state.snapshot.location"], self.config.application_id,
+                                          self.config.admin_config())
         topology.subtopologies()
         self._check_assignment_strategy()
         self._state = State.CREATED

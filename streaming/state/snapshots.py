@@ -13,7 +13,15 @@ module, which needs nothing but pyarrow. One directory per changelog::
   (a temporary file, fsync, rename, fsync of the directory on local disks; one single-object PUT on
   object stores), so a crash mid-write never leaves a manifest pointing at partial data; readers
   ignore data directories without a manifest.
-- ``snapshot_id`` is a zero-padded generation (``00000007``): ids sort by age.
+- ``snapshot_id`` is a zero-padded generation (``00000007``): ids sort by age. A writer reserves its id
+  before writing anything (:func:`claim_snapshot_id`: a claim file under ``claims/``, kept only when no
+  other writer claimed the same id), so two compactions of one store at once write two snapshots, never
+  one directory twice.
+- A manifest records, per partition, the rows (``keys``) and a checksum of them (:func:`row_checksum`
+  summed); readers verify what they read against both (:func:`damaged_partitions` for the row counts from
+  the Parquet footers alone) and never use a snapshot that does not match. It also records the store's
+  identity (:mod:`streaming.state.store_identity`): which changelog, of which incarnation, it was made from.
+- Pruning leaves a snapshot for ``grace`` seconds after a newer one was published: a restore may be reading it.
 - A partition's rows are the latest value of each key of that changelog partition up to (not
   including) the manifest's ``next_offset`` for it; tombstoned keys are absent. ``offset`` is the
   changelog offset of the row's record. A partition with no keys has no directory.
@@ -28,8 +36,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
+import time
 import uuid
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,12 +50,17 @@ from typing import Any
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from streaming.state.store_identity import StoreIdentity
+
 __all__ = [
+    "CLAIM_DIR",
     "DATA_DIR",
     "MANIFEST_FORMAT",
     "PartitionSnapshot",
     "SnapshotError",
     "SnapshotManifest",
+    "claim_snapshot_id",
+    "damaged_partitions",
     "data_uri",
     "ensure_writable",
     "latest_manifest",
@@ -54,6 +70,7 @@ __all__ = [
     "prune",
     "read_manifest",
     "read_partition",
+    "row_checksum",
     "store_uri",
     "utc_now_iso",
     "write_manifest",
@@ -62,9 +79,11 @@ __all__ = [
 MANIFEST_FORMAT = 1
 DATA_DIR = "data"
 MANIFEST_DIR = "manifests"
+CLAIM_DIR = "claims"
 _ID_WIDTH = 8
 _ID = re.compile(r"^\d+$")
 _MANIFEST_NAME = re.compile(r"^(\d+)\.json$")
+_CLAIM_NAME = re.compile(r"^(\d+)\.([0-9a-f]+)$")
 
 
 class SnapshotError(Exception):
@@ -81,6 +100,15 @@ class PartitionSnapshot:
     """Keys in the snapshot (after dropping tombstones)."""
     records_read: int
     """Changelog records read by the compaction that made this snapshot (the tail since the previous one)."""
+    checksum: int | None = None
+    """The sum of :func:`row_checksum` over the partition's rows (None in manifests written before it)."""
+
+
+def row_checksum(key: bytes, value: bytes) -> int:
+    """CRC-32 of one snapshot row: the key's length (4 bytes, big-endian), the key, the value. Spark computes
+    the same (``crc32(concat(unhex(lpad(hex(length(key)), 8, '0')), key, value))``); a partition's checksum is
+    the sum over its rows, so it does not depend on their order."""
+    return zlib.crc32(len(key).to_bytes(4, "big") + key + value)  # one call: 3x faster than chaining three
 
 
 @dataclass(frozen=True)
@@ -103,10 +131,21 @@ class SnapshotManifest:
     format: int = MANIFEST_FORMAT
     extra: dict[str, Any] = field(default_factory=dict)
     """Fields a newer writer added; kept so they round-trip."""
+    identity: StoreIdentity | None = None
+    """Which changelog, of which incarnation, the snapshot was made from; derived from the fields above
+    (topic id, reset epoch and generation unknown) for a manifest written without one."""
 
     def __post_init__(self) -> None:
         if not self.data:
             object.__setattr__(self, "data", f"{DATA_DIR}/{self.snapshot_id}")
+        if self.identity is None:
+            object.__setattr__(self, "identity", StoreIdentity(self.application_id, self.store, self.changelog_topic,
+                                                               len(self.partitions)))
+
+    @property
+    def store_identity(self) -> StoreIdentity:
+        assert self.identity is not None  # set by __post_init__
+        return self.identity
 
     @property
     def next_offsets(self) -> dict[int, int]:
@@ -125,12 +164,14 @@ class SnapshotManifest:
             "data": self.data,
             "previous": self.previous,
             "partitions": {
-                str(p): {"next_offset": s.next_offset, "keys": s.keys, "records_read": s.records_read}
+                str(p): {"next_offset": s.next_offset, "keys": s.keys, "records_read": s.records_read,
+                         **({} if s.checksum is None else {"checksum": s.checksum})}
                 for p, s in sorted(self.partitions.items())
             },
             "records_read": self.records_read,
             "keys": self.keys,
             "duration_s": round(self.duration_s, 3),
+            "identity": self.store_identity.to_json(),
             **self.extra,
         }
         return json.dumps(body, indent=2) + "\n"
@@ -147,7 +188,7 @@ class SnapshotManifest:
             if raw.get("format") != MANIFEST_FORMAT:
                 raise SnapshotError(f"manifest {where}: format {raw.get('format')!r} is not {MANIFEST_FORMAT}")
             known = {"format", "snapshot_id", "application_id", "store", "changelog_topic", "created_at", "data",
-                     "previous", "partitions", "records_read", "keys", "duration_s"}
+                     "previous", "partitions", "records_read", "keys", "duration_s", "identity"}
             return cls(
                 snapshot_id=str(raw["snapshot_id"]),
                 application_id=str(raw["application_id"]),
@@ -157,13 +198,15 @@ class SnapshotManifest:
                 data=str(raw["data"]),
                 previous=None if raw["previous"] is None else str(raw["previous"]),
                 partitions={
-                    int(p): PartitionSnapshot(int(s["next_offset"]), int(s["keys"]), int(s["records_read"]))
+                    int(p): PartitionSnapshot(int(s["next_offset"]), int(s["keys"]), int(s["records_read"]),
+                                              None if s.get("checksum") is None else int(s["checksum"]))
                     for p, s in raw["partitions"].items()
                 },
                 records_read=int(raw["records_read"]),
                 keys=int(raw["keys"]),
                 duration_s=float(raw["duration_s"]),
                 extra={k: v for k, v in raw.items() if k not in known},
+                identity=StoreIdentity.from_json(raw["identity"]) if "identity" in raw else None,
             )
         except SnapshotError:
             raise
@@ -270,12 +313,52 @@ def latest_manifest(location: str, application_id: str, store: str) -> SnapshotM
     return read_manifest(location, application_id, store, ids[-1]) if ids else None
 
 
+def _claims(target: _Store) -> list[tuple[str, str]]:
+    """``(snapshot id, token)`` of every claim file."""
+    return [(m.group(1), m.group(2)) for name in _names(target, target.path(CLAIM_DIR), dirs=False)
+            if (m := _CLAIM_NAME.match(name))]
+
+
 def next_snapshot_id(location: str, application_id: str, store: str) -> str:
-    """An id newer than every snapshot and every data directory (even one a crashed write left)."""
+    """An id newer than every snapshot, data directory (even one a crashed write left) and claim."""
     target = _open(location, application_id, store)
     data_ids = [name for name in _names(target, target.path(DATA_DIR), dirs=True) if _ID.match(name)]
-    taken = [int(i) for i in [*list_snapshot_ids(location, application_id, store), *data_ids]]
+    claimed = [snapshot_id for snapshot_id, _ in _claims(target)]
+    taken = [int(i) for i in [*list_snapshot_ids(location, application_id, store), *data_ids, *claimed]]
     return f"{max(taken, default=0) + 1:0{_ID_WIDTH}d}"
+
+
+def claim_snapshot_id(location: str, application_id: str, store: str, attempts: int = 20) -> str:
+    """Reserve a new snapshot id for this writer alone, before it writes anything.
+
+    The writer publishes a claim ``claims/<id>.<random token>`` for :func:`next_snapshot_id`, then lists the
+    claims of that id: it keeps the id only if its claim is the only one, else it withdraws the claim and tries
+    again after a short random pause. Two writers can never both keep one id: whichever lists second sees the
+    other's claim, which was written before the first one listed (this needs a listing that shows completed
+    writes, as local disks, HDFS and S3 give). Claims are removed by :func:`prune`.
+
+    Raises:
+        SnapshotError: the location is not writable, or ``attempts`` claims all met another writer's.
+    """
+    target = _open(location, application_id, store)
+    directory = target.path(CLAIM_DIR)
+    for _ in range(attempts):
+        snapshot_id = next_snapshot_id(location, application_id, store)
+        token = uuid.uuid4().hex
+        mine = target.path(CLAIM_DIR, f"{snapshot_id}.{token}")
+        try:
+            target.fs.create_dir(directory, recursive=True)
+            with target.fs.open_output_stream(mine) as stream:
+                stream.write(utc_now_iso().encode())
+            rivals = [t for i, t in _claims(target) if i == snapshot_id and t != token]
+            if not rivals:
+                return snapshot_id
+            target.fs.delete_file(mine)
+        except OSError as exc:
+            raise SnapshotError(f"cannot claim a snapshot id under {target.shown(directory)}: {exc}") from exc
+        time.sleep(random.uniform(0.05, 0.5))
+    raise SnapshotError(f"could not claim a snapshot id under {target.shown(directory)} in {attempts} attempts: "
+                        "other compactions of the store claim the same ids; run one at a time")
 
 
 def write_manifest(location: str, manifest: SnapshotManifest) -> str:
@@ -363,32 +446,55 @@ def ensure_writable(location: str, application_id: str, store: str) -> None:
             raise SnapshotError(f"snapshot location {target.shown(directory)} is not writable: {exc}") from exc
 
 
-def prune(location: str, application_id: str, store: str, keep: int) -> list[str]:
-    """Delete all but the ``keep`` newest snapshots: each manifest first, then its data. Data
-    directories older than the newest snapshot that have no manifest (left by a failed write) go
-    too; newer ones may be a write in progress and are left alone. Returns the deleted ids.
+def prune(location: str, application_id: str, store: str, keep: int, grace_s: float = 0.0,
+          now: float | None = None) -> list[str]:
+    """Delete all but the ``keep`` newest snapshots: each manifest first, then its data. A snapshot is kept
+    anyway while the snapshot after it was published less than ``grace_s`` seconds ago (its ``created_at``):
+    until then a restore may have picked it as the newest and still be reading it. Data directories and claims
+    of ids that have no manifest go once their claim is older than ``grace_s`` and their id older than the
+    newest snapshot (a failed write); one with a younger claim may be a write in progress. Returns the deleted
+    ids.
 
     Raises:
         SnapshotError: ``keep`` < 1, or a deletion failed (names the path).
     """
     if keep < 1:
         raise SnapshotError(f"keep must be at least 1, got {keep}")
+    now = time.time() if now is None else now
     target = _open(location, application_id, store)
     ids = list_snapshot_ids(location, application_id, store)
     deleted: list[str] = []
     try:
-        for snapshot_id in ids[:-keep]:
+        published = {i: _published_at(read_manifest(location, application_id, store, i)) for i in ids}
+        for index, snapshot_id in enumerate(ids[:-keep]):
+            if now - published[ids[index + 1]] < grace_s:
+                continue  # superseded only just now: a restore may be reading it
             target.fs.delete_file(target.path(MANIFEST_DIR, f"{snapshot_id}.json"))
             _delete_dir(target, target.path(DATA_DIR, snapshot_id))
             deleted.append(snapshot_id)
         newest = int(ids[-1]) if ids else 0
+        young_claims = set()
+        for claim_id, token in _claims(target):
+            path = target.path(CLAIM_DIR, f"{claim_id}.{token}")
+            mtime = target.fs.get_file_info(path).mtime
+            if int(claim_id) > newest or (mtime is not None and now - mtime.timestamp() < grace_s):
+                young_claims.add(claim_id)
+            else:
+                target.fs.delete_file(path)
         for name in _names(target, target.path(DATA_DIR), dirs=True):
-            if _ID.match(name) and name not in ids and int(name) < newest:
+            if _ID.match(name) and name not in ids and int(name) < newest and name not in young_claims:
                 _delete_dir(target, target.path(DATA_DIR, name))
                 deleted.append(name)
     except OSError as exc:
         raise SnapshotError(f"cannot prune snapshots under {target.uri}: {exc}") from exc
     return sorted(set(deleted), key=int)
+
+
+def _published_at(manifest: SnapshotManifest) -> float:
+    try:
+        return datetime.fromisoformat(manifest.created_at).timestamp()
+    except ValueError:
+        return 0.0  # an unreadable time: old enough
 
 
 def _delete_dir(target: _Store, directory: str) -> None:
@@ -404,17 +510,14 @@ def read_partition(location: str, manifest: SnapshotManifest, partition: int,
     """The ``(key, value, timestamp)`` rows of one partition of a snapshot, in batches of up to ``batch_size``
     (the timestamp of each row's changelog record, which a timestamped store keeps with the value).
 
-    Yields nothing when the partition has no keys.
+    Yields nothing when the partition has no keys, and also when its directory is missing: compare what was
+    read with the manifest (``keys``, ``checksum``; :func:`damaged_partitions` for the counts up front).
 
     Raises:
         SnapshotError: a data file cannot be read (names the path).
     """
     target = _open(location, manifest.application_id, manifest.store)
-    directory = target.path(manifest.data, f"partition={partition}")
-    files = [name for name in _names(target, directory, dirs=False)
-             if name.endswith(".parquet") and not name.startswith((".", "_"))]
-    for name in files:
-        path = f"{directory}/{name}"
+    for path in _partition_files(target, manifest, partition):
         shown = target.shown(path)
         try:
             with target.fs.open_input_file(path) as handle:
@@ -424,3 +527,36 @@ def read_partition(location: str, manifest: SnapshotManifest, partition: int,
                                    batch.column(2).to_pylist(), strict=True))
         except (OSError, ValueError, KeyError) as exc:
             raise SnapshotError(f"cannot read snapshot file {shown}: {exc}") from exc
+
+
+def _partition_files(target: _Store, manifest: SnapshotManifest, partition: int) -> list[str]:
+    directory = target.path(manifest.data, f"partition={partition}")
+    return [f"{directory}/{name}" for name in _names(target, directory, dirs=False)
+            if name.endswith(".parquet") and not name.startswith((".", "_"))]
+
+
+def damaged_partitions(location: str, manifest: SnapshotManifest,
+                       partitions: list[int] | None = None) -> dict[int, str]:
+    """The partitions of a snapshot whose data files do not hold the manifest's ``keys`` rows (counted from the
+    Parquet footers, no rows read), each with what is wrong: a missing or emptied partition directory, a file
+    gone or unreadable, rows added. ``partitions``: those only (default all of the manifest's).
+
+    Raises:
+        SnapshotError: the location cannot be listed (names the path).
+    """
+    target = _open(location, manifest.application_id, manifest.store)
+    damaged: dict[int, str] = {}
+    for partition in sorted(manifest.partitions) if partitions is None else partitions:
+        expected = manifest.partitions[partition].keys
+        rows = 0
+        try:
+            for path in _partition_files(target, manifest, partition):
+                with target.fs.open_input_file(path) as handle:
+                    rows += pq.ParquetFile(handle).metadata.num_rows
+        except (OSError, ValueError) as exc:
+            damaged[partition] = f"a data file cannot be read ({exc})"
+            continue
+        if rows != expected:
+            where = target.shown(target.path(manifest.data, f"partition={partition}"))
+            damaged[partition] = f"its data files hold {rows} rows, the manifest says {expected} ({where})"
+    return damaged

@@ -4,6 +4,7 @@ materialized by Dagster with real Spark, and the snapshot compared with the stor
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import shutil
@@ -21,7 +22,7 @@ from assets.compaction import compaction_asset_key, compaction_assets
 from assets.platform_spec import load_platform_spec
 from assets.resources import KafkaResource, PlatformResource, SparkResource
 from streaming import KafkaStreams, Serdes, Stores, Topology
-from streaming.admin import create_topics
+from streaming.admin import create_topics, delete_topics
 from streaming.processor import Processor, ProcessorContext, Record
 from streaming.runtime.kafka_streams import State
 from streaming.state import snapshots
@@ -300,3 +301,172 @@ def test_a_fresh_instance_restores_the_snapshot_then_only_the_tail(
     assert with_snapshot.changelog_records == tail_records
     assert from_changelog.snapshot_keys == 0 and from_changelog.changelog_records == sum(changelog_ends.values())
     assert restored["snapshot"][1] == restored["changelog"][1] == expected
+
+
+class SnapshotsPerPartition(RestoreCounter):
+    """Which snapshot each changelog partition was loaded from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded: dict[int, str] = {}
+
+    def on_snapshot_restored(self, topic_partition: tuple[str, int], store_name: str, snapshot_id: str,
+                             next_offset: int, num_restored: int) -> None:
+        super().on_snapshot_restored(topic_partition, store_name, snapshot_id, next_offset, num_restored)
+        self.loaded[topic_partition[1]] = snapshot_id
+
+
+def restore_fresh(source: str, config: dict[str, Any], state_dir: Path,
+                  location: Path) -> tuple[SnapshotsPerPartition, dict[str, int]]:
+    """A fresh instance with snapshots: it must reach RUNNING; what it loaded, and its store."""
+    listener = SnapshotsPerPartition()
+    fresh = KafkaStreams(topology(source), {**config, "state.dir": str(state_dir),
+                                            "state.snapshot.location": str(location)})
+    fresh.set_global_state_restore_listener(listener)
+    fresh.start()
+    try:
+        wait_for(lambda: fresh.state is State.RUNNING, 60, "the restore")
+        return listener, store_contents(fresh)
+    finally:
+        assert fresh.close(30)
+
+
+def rows_of(location: Path, app_id: str, manifest: snapshots.SnapshotManifest) -> list[tuple[int, str, int]]:
+    """Every row of a snapshot as (partition, key, value), duplicates kept."""
+    return sorted((p, String.deserialize(k), Long.deserialize(v)) for p in manifest.partitions
+                  for batch in snapshots.read_partition(str(location), manifest, p) for k, v, _ in batch)
+
+
+def test_two_compactions_at_once_publish_two_whole_snapshots(spark: SparkSession, bootstrap: str, unique_name: str,
+                                                             tmp_path: Path) -> None:
+    """Issue 16, item 11: two threads run the real compaction of one store at the same moment."""
+    import threading
+
+    from assets.spark.compaction import compact_changelog
+
+    changelog = f"{unique_name}-{STORE}-changelog"
+    create_topics(bootstrap, {changelog: PARTITIONS})
+    updates = [GeneratedRecord(f"k{i % 300:03d}", i, 1_700_000_000_000 + i) for i in range(3_000)]
+    produce(bootstrap, changelog, updates, String, Long)
+    expected = {r.key: r.value for r in updates}
+    location = tmp_path / "snapshots"
+    barrier = threading.Barrier(2)
+    outcomes: list[Any] = []
+
+    def run() -> None:
+        barrier.wait()
+        try:
+            outcomes.append(compact_changelog(spark, client_config={"bootstrap.servers": bootstrap},
+                                              location=str(location), application_id=unique_name, store=STORE,
+                                              changelog_topic=changelog, keep=5))
+        except Exception as exc:  # noqa: BLE001 - reported by the assertions below
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert all(not isinstance(o, Exception) for o in outcomes), outcomes
+    ids = sorted(o.manifest.snapshot_id for o in outcomes)
+    assert ids == ["00000001", "00000002"] == snapshots.list_snapshot_ids(str(location), unique_name, STORE)
+    for snapshot_id in ids:
+        manifest = snapshots.read_manifest(str(location), unique_name, STORE, snapshot_id)
+        rows = rows_of(location, unique_name, manifest)
+        assert len(rows) == manifest.keys == len(expected), f"snapshot {snapshot_id}: rows and manifest agree"
+        assert {k: v for _, k, v in rows} == expected
+        assert snapshots.damaged_partitions(str(location), manifest) == {}
+
+
+def test_a_damaged_snapshot_is_never_restored_short_nor_carried_forward(
+        spark: SparkSession, bootstrap: str, unique_name: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 16, items 12 and 13: a data file of the newest snapshot is deleted. A fresh worker loads the
+    previous snapshot for that partition (loudly, naming snapshot and partition) and reaches RUNNING with every
+    key; compaction skips the damaged snapshot, merges the previous one and reports what it read."""
+    source = f"{unique_name}-lines"
+    create_topics(bootstrap, {source: PARTITIONS})
+    platform = Platform(bootstrap, unique_name, source, tmp_path / "snapshots", spark)
+    config = {"application.id": unique_name, "bootstrap.servers": bootstrap, "commit.interval.ms": 200}
+    app = KafkaStreams(topology(source), {**config, "state.dir": str(tmp_path / "state-a")})
+    app.start()
+    try:
+        ends = produce(bootstrap, source, records({f"k{i:03d}": 2 for i in range(120)}, [], seed=1), String, String)
+        process_all(app, bootstrap, unique_name, source, ends)
+        assert platform.materialize().success
+        more = produce(bootstrap, source, records({f"k{i:03d}": 1 for i in range(60, 200)}, ["k001"], seed=2),
+                       String, String)
+        ends = {p: max(ends[p], more.get(p, 0)) for p in ends}
+        process_all(app, bootstrap, unique_name, source, ends)
+        second = platform.materialize()
+        assert second.success
+        expected = store_contents(app)
+    finally:
+        assert app.close(30)
+    first_id, second_id = snapshots.list_snapshot_ids(str(platform.location), unique_name, STORE)
+    manifest = snapshots.read_manifest(str(platform.location), unique_name, STORE, second_id)
+    damaged = max(manifest.partitions, key=lambda p: manifest.partitions[p].keys)
+    partition_dir = platform.location / unique_name / STORE / "data" / second_id / f"partition={damaged}"
+    [lost] = sorted(partition_dir.glob("*.parquet"))[:1]
+    lost.unlink()
+    assert not any(partition_dir.glob("*.parquet")), "the partition's only data file is gone"
+
+    caplog.set_level(logging.INFO)
+    listener, restored = restore_fresh(source, config, tmp_path / "state-b", platform.location)
+    assert restored == expected, "no key lost"
+    assert listener.loaded == {**{p: second_id for p in range(PARTITIONS)}, damaged: first_id}
+    assert any(r.levelname == "ERROR" and f"snapshot {second_id}" in r.getMessage()
+               and f"{platform.changelog}[{damaged}]" in r.getMessage() for r in caplog.records)
+
+    third = platform.materialize()
+    assert third.success, failure_message(third)
+    meta = metadata(third)
+    first = snapshots.read_manifest(str(platform.location), unique_name, STORE, first_id)
+    assert meta["previous_snapshot"] == first_id and list(meta["skipped_damaged_snapshots"]) == [second_id]
+    assert meta["previous_keys"] == first.keys, "the rows read from the snapshot merged, not another's manifest"
+    newest, rows = platform.snapshot()
+    assert {k: v for part in rows.values() for k, v in part.items()} == expected, "the loss is not carried forward"
+    assert newest.previous == first_id and newest.keys == len(expected)
+
+
+def test_a_recreated_changelog_is_not_restored_from_old_snapshots(
+        spark: SparkSession, bootstrap: str, unique_name: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 16, item 14: the app's topics are deleted and recreated with 2 partitions (a reset or a
+    re-partitioning with the old snapshots left behind). The worker must not load the 4-partition snapshot,
+    and compaction refuses it, by the same rule (StoreIdentity.conflict)."""
+    source = f"{unique_name}-lines"
+    create_topics(bootstrap, {source: PARTITIONS})
+    platform = Platform(bootstrap, unique_name, source, tmp_path / "snapshots", spark)
+    config = {"application.id": unique_name, "bootstrap.servers": bootstrap, "commit.interval.ms": 200}
+    app = KafkaStreams(topology(source), {**config, "state.dir": str(tmp_path / "state-a")})
+    app.start()
+    try:
+        ends = produce(bootstrap, source, records({f"k{i:03d}": 5 for i in range(100)}, [], seed=1), String, String)
+        process_all(app, bootstrap, unique_name, source, ends)
+    finally:
+        assert app.close(30)
+    assert platform.materialize().success
+    old = snapshots.latest_manifest(str(platform.location), unique_name, STORE)
+    assert old is not None and old.store_identity.changelog_id != "none", "the embedded broker reports topic ids"
+
+    from confluent_kafka.admin import AdminClient
+
+    app_topics = [t for t in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+                  if t.startswith(unique_name)]  # the input and every internal topic, as an application reset does
+    assert source in app_topics and platform.changelog in app_topics
+    delete_topics(bootstrap, app_topics)
+    create_topics(bootstrap, {source: 2})
+    new_counts = {f"k{i:03d}": 1 for i in range(10)}
+    produce(bootstrap, source, records(new_counts, [], seed=3), String, String)
+    caplog.set_level(logging.INFO)
+    listener, restored = restore_fresh(source, config, tmp_path / "state-b", platform.location)
+    assert listener.loaded == {}
+    assert any(r.levelname == "ERROR" and f"snapshot {old.snapshot_id}" in r.getMessage()
+               and "was recreated" in r.getMessage() for r in caplog.records)
+    assert all(restored.get(k, 0) <= 1 for k in new_counts) and set(restored) <= set(new_counts), "no stale keys"
+
+    refused = platform.materialize()
+    message = failure_message(refused)
+    assert f"snapshot {old.snapshot_id} of store {STORE!r} cannot be continued" in message
+    assert "was recreated" in message

@@ -134,5 +134,6 @@ def test_definitions_archive_every_topic_with_checks_and_schedules() -> None:
     assert {archive_asset_key(t) for t in spec.topics} <= keys
     assert not any(key.path[0] == "archive" and key.path[1].endswith("-changelog") for key in keys)
     checks = {(key.asset_key, key.name) for key in graph.asset_check_keys if key.asset_key.path[0] == "archive"}
-    assert checks == {(archive_asset_key(rule.topic), rule.name) for rule in spec.quality}
+    assert checks == {(archive_asset_key(rule.topic), rule.name) for rule in spec.quality} | \
+        {(archive_asset_key(topic), "decodable") for topic in spec.topics}
     assert {schedule.name for schedule in defs.schedules} == {"nightly_compaction", "hourly_archive"}

@@ -17,10 +17,11 @@ import pytest
 import yaml
 
 from assets.archive import archive_asset_key, archive_partitions, partition_day
+from assets.archive.layout import UNDECODABLE_DIR
 from assets.archive.schema import arrow_schema
 from assets.archive.writer import publish_day, staging_dir
 from assets.platform_spec import PlatformSpec, load_platform_spec
-from assets.quality import quality_checks
+from assets.quality import quality_checks, undecodable_checks
 from assets.resources import PlatformResource
 
 pytestmark = pytest.mark.slow
@@ -46,8 +47,10 @@ def _materialize(spec_path: Path, assets: list[Any]) -> dg.ExecuteInProcessResul
                           resources={"platform": PlatformResource(path=str(spec_path))}, raise_on_error=False)
 
 
-def _write_day(spec: PlatformSpec, topic: str, day: date, rows: list[dict[str, Any]]) -> None:
-    """Rows (value fields, key, extra_fields) as an archive day of ``topic``; partition/offset/time filled in."""
+def _write_day(spec: PlatformSpec, topic: str, day: date, rows: list[dict[str, Any]],
+               undecodable: list[bytes] = ()) -> None:
+    """Rows (value fields, key, extra_fields) as an archive day of ``topic``; partition/offset/time filled in;
+    ``undecodable`` raw values under ``_undecodable/`` as the archive writes them (offsets after the rows')."""
     schema = arrow_schema(spec.topics[topic])
     records = []
     for offset, row in enumerate(rows):
@@ -61,13 +64,22 @@ def _write_day(spec: PlatformSpec, topic: str, day: date, rows: list[dict[str, A
     staging = staging_dir(root, topic, day)
     staging.mkdir()
     pq.write_table(table, staging / "part-0.parquet")
+    if undecodable:
+        (staging / UNDECODABLE_DIR).mkdir()
+        base = len(rows)
+        pq.write_table(pa.Table.from_pylist([
+            {"topic": topic, "partition": (base + i) % 2, "offset": (base + i) // 2,
+             "timestamp": datetime(day.year, day.month, day.day, tzinfo=UTC), "key": b"user-0", "value": value,
+             "error": "value: field 'qty' should be long, got str 'three'"} for i, value in enumerate(undecodable)]),
+            staging / UNDECODABLE_DIR / "part-0.parquet")
     publish_day(staging, root, topic, day, {"topic": topic, "rows": len(rows)})
 
 
-def _stand_in(spec: PlatformSpec, topic: str, rows: list[dict[str, Any]]) -> dg.AssetsDefinition:
+def _stand_in(spec: PlatformSpec, topic: str, rows: list[dict[str, Any]],
+              undecodable: list[bytes] = ()) -> dg.AssetsDefinition:
     @dg.asset(key=archive_asset_key(topic), partitions_def=archive_partitions(spec.archive))
     def archive(context: dg.AssetExecutionContext) -> None:
-        _write_day(spec, topic, partition_day(context.partition_key), rows)
+        _write_day(spec, topic, partition_day(context.partition_key), rows, undecodable)
 
     return archive
 
@@ -227,3 +239,33 @@ def test_check_run_on_its_own_checks_the_latest_archived_day(spec_path: Path) ->
                                                                                 "order_lines_complete")))
     [evaluation] = result.get_asset_check_evaluations()
     assert evaluation.passed and _value(evaluation, "day") == DAY.isoformat()
+
+
+def test_absent_sees_a_leaked_field_in_undecodable_records_and_they_are_counted(spec_path: Path) -> None:
+    """Issue 16, item 16: a record carrying card_number and a mistyped declared field goes to _undecodable/;
+    absent(card_number) must still fail on it, and a check of its own counts the undecodable records."""
+    spec = load_platform_spec(spec_path)
+    leaked = b'{"order_id": "o-00000009", "qty": "three", "card_number": "4111111111111111"}'
+    broken = b'{"order_id": "o-00000010", "card_number": "4111111111111111", '  # cut off: not JSON at all
+    harmless = b'{"order_id": "o-00000011", "qty": "two", "card_number": null}'
+    lines = [_line(i, "item-001") for i in range(8)]
+    stand_ins = [_stand_in(spec, topic, rows) for topic, rows in _good_archives().items() if topic != "order-lines"]
+    stand_ins.append(_stand_in(spec, "order-lines", lines, undecodable=[leaked, broken, harmless]))
+    decodable = [c for c in undecodable_checks(spec)
+                 if next(iter(c.check_keys)).asset_key in {archive_asset_key(t) for t in _good_archives()}]
+    result = dg.materialize([*stand_ins, *quality_checks(spec), *decodable], partition_key=DAY.isoformat(),
+                            resources={"platform": PlatformResource(path=str(spec_path))}, raise_on_error=False)
+    evaluations = {(e.asset_key.path[-1], e.check_name): e for e in result.get_asset_check_evaluations()}
+
+    card = evaluations[("order-lines", "order_lines_card_never_output")]
+    assert not card.passed and _value(card, "failing absent(card_number)") == 2
+    assert _value(card, "sample absent(card_number)") == [{"partition": 0, "offset": 4}, {"partition": 1, "offset": 4}]
+    assert _value(card, "undecodable rows checked") == 3
+    assert "4111111111111111" not in str(card.metadata) and "4111111111111111" not in card.description
+
+    counted = evaluations[("order-lines", "decodable")]
+    assert not counted.passed and counted.severity == dg.AssetCheckSeverity.WARN
+    assert _value(counted, "undecodable_rows") == 3
+    assert [(r["partition"], r["offset"]) for r in _value(counted, "sample undecodable_rows")] == [(0, 4), (1, 4), (0, 5)]
+    assert all(evaluations[(topic, "decodable")].passed for topic in _good_archives() if topic != "order-lines")
+    assert evaluations[("order-lines", "order_lines_complete")].passed, "rules on values see decoded rows only"

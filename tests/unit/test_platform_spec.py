@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -97,3 +99,56 @@ def test_a_days_archive_is_final_after_the_largest_bound_of_any_topic() -> None:
     assert spec.archive is not None
     assert spec.archive_closing_minutes() == max(
         spec.archive.max_disorder_minutes, *(t.max_disorder_minutes or 0 for t in spec.topics.values()))
+
+
+def test_a_key_given_twice_is_refused_naming_both_lines_and_the_path(tmp_path: Path) -> None:
+    """Issue 16, item 17: PyYAML keeps the last of two equal keys; the spec loader refuses them."""
+    from assets.platform_spec import PlatformSpecError, load_platform_spec, repo_root
+
+    text = (repo_root() / "platform" / "platform.yaml").read_text()
+    lines = text.splitlines()
+    at = lines.index("  orders:", lines.index("topics:"))
+    partitions = next(i for i in range(at + 1, len(lines)) if lines[i].strip().startswith("partitions:"))
+    indent = lines[partitions][: len(lines[partitions]) - len(lines[partitions].lstrip())]
+    lines.insert(partitions + 1, f"{indent}partitions: 8")
+    path = tmp_path / "platform.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(PlatformSpecError) as error:
+        load_platform_spec(path)
+    assert str(error.value) == (
+        f"platform spec {path}: key 'partitions' is given twice in topics.orders: line {partitions + 1} and "
+        f"line {partitions + 2} (the second would silently replace the first)")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: 1\nb: 2\na: 3\n", "key 'a' is given twice in (top level): line 1 and line 3"),
+        ("apps:\n  x:\n    stores:\n      - name: s\n      - name: t\n        name: u\n",
+         "key 'name' is given twice in apps.x.stores[1]: line 5 and line 6"),
+    ],
+)
+def test_duplicate_keys_anywhere_are_found(text: str, message: str) -> None:
+    from streaming.yaml_files import DuplicateKeyError, load_yaml
+
+    with pytest.raises(DuplicateKeyError, match=re.escape(message)):
+        load_yaml(text)
+
+
+def test_equal_looking_keys_of_different_types_and_merges_are_not_duplicates() -> None:
+    from streaming.yaml_files import load_yaml
+
+    assert load_yaml('1: a\n"1": b\n') == {1: "a", "1": "b"}
+    assert load_yaml("base: &b {x: 1}\nd:\n  <<: *b\n  y: 2\n") == {"base": {"x": 1}, "d": {"x": 1, "y": 2}}
+
+
+def test_a_worker_config_with_a_key_given_twice_is_refused(tmp_path: Path) -> None:
+    import typer
+
+    from streaming.cli.worker import load_config
+
+    path = tmp_path / "config.yaml"
+    path.write_text("application.id: a\ncommit.interval.ms: 100\ncommit.interval.ms: 30000\n")
+    with pytest.raises(typer.BadParameter, match=re.escape("key 'commit.interval.ms' is given twice in (top level): "
+                                                           "line 2 and line 3")):
+        load_config(path, [])

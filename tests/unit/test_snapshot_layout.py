@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -54,13 +55,18 @@ def test_manifest_json_has_the_documented_fields_and_round_trips(tmp_path: Path)
     m = manifest("00000002", {0: 10, 1: 7}, previous="00000001")
     body = json.loads(m.to_json())
     assert list(body) == ["format", "snapshot_id", "application_id", "store", "changelog_topic", "created_at",
-                          "data", "previous", "partitions", "records_read", "keys", "duration_s"]
+                          "data", "previous", "partitions", "records_read", "keys", "duration_s", "identity"]
     assert body["data"] == "data/00000002"
+    assert body["identity"] == {"application_id": APP, "store": STORE, "changelog_topic": f"{APP}-{STORE}-changelog",
+                                "partitions": 2, "changelog_id": "none", "reset_epoch": "none", "generation": "none"}
     assert body["partitions"] == {"0": {"next_offset": 10, "keys": 5, "records_read": 10},
                                   "1": {"next_offset": 7, "keys": 3, "records_read": 7}}
     assert body["created_at"].endswith("Z") and body["duration_s"] == 1.235
     again = SnapshotManifest.from_json(json.dumps({**body, "written_by": "a newer writer"}), "m.json")
     assert again.next_offsets == {0: 10, 1: 7}
+    assert again.identity == m.identity
+    old = {k: v for k, v in body.items() if k != "identity"}  # written before identities: one is derived
+    assert SnapshotManifest.from_json(json.dumps(old), "m.json").identity == m.identity
     assert again.extra == {"written_by": "a newer writer"}
     assert json.loads(again.to_json())["written_by"] == "a newer writer"
 
@@ -163,3 +169,81 @@ def test_object_store_locations(monkeypatch: pytest.MonkeyPatch) -> None:
         snap.read_manifest(location, APP, STORE, "00000099")
     assert snap.prune(location, APP, STORE, keep=1) == ["00000001"]
     assert snap.list_snapshot_ids(location, APP, STORE) == ["00000002"]
+
+
+def test_prune_leaves_a_snapshot_superseded_within_the_grace_period(tmp_path: Path) -> None:
+    """Issue 16, item 12: a restore may be reading the snapshot that was the newest a moment ago."""
+    for n in range(1, 4):
+        publish(tmp_path, f"{n:08d}")
+    now = time.time()
+    assert snap.prune(str(tmp_path), APP, STORE, keep=1, grace_s=600, now=now) == []
+    assert snap.prune(str(tmp_path), APP, STORE, keep=1, grace_s=600, now=now + 601) == ["00000001", "00000002"]
+
+
+def test_claims_reserve_ids_and_a_young_claim_keeps_its_data_from_prune(tmp_path: Path) -> None:
+    """Issue 16, item 11: an id is handed out once, even before anything is written under it."""
+    location = str(tmp_path)
+    publish(tmp_path, "00000001")
+    claimed = [snap.claim_snapshot_id(location, APP, STORE) for _ in range(3)]
+    assert claimed == ["00000002", "00000003", "00000004"]
+    write_data(tmp_path, "00000002", {0: [(b"x", b"y", 0)]})  # a run in progress, slower than the others
+    publish(tmp_path, "00000003")
+    assert snap.prune(location, APP, STORE, keep=5, grace_s=600) == []
+    assert (tmp_path / APP / STORE / "data" / "00000002").is_dir(), "another run's write in progress"
+    assert snap.prune(location, APP, STORE, keep=5, grace_s=0) == ["00000002"]
+    assert sorted(p.name.split(".")[0] for p in (tmp_path / APP / STORE / "claims").iterdir()) == ["00000004"]
+
+
+def test_a_rival_claim_of_the_same_id_makes_the_writer_take_another(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    location = str(tmp_path)
+    claims = tmp_path / APP / STORE / "claims"
+    real_next = snap.next_snapshot_id
+    calls = []
+
+    def next_id_with_a_rival(*args: str) -> str:
+        snapshot_id = real_next(*args)
+        if not calls:  # another writer claims the same id at the same moment
+            claims.mkdir(parents=True, exist_ok=True)
+            (claims / f"{snapshot_id}.{'f' * 32}").write_text("rival")
+        calls.append(snapshot_id)
+        return snapshot_id
+
+    monkeypatch.setattr(snap, "next_snapshot_id", next_id_with_a_rival)
+    assert snap.claim_snapshot_id(location, APP, STORE) == "00000002"
+    assert calls == ["00000001", "00000002"]
+    assert sorted(p.name[:8] for p in claims.iterdir()) == ["00000001", "00000002"], "the loser withdrew its claim"
+
+
+def test_damaged_partitions_counts_rows_from_the_footers(tmp_path: Path) -> None:
+    write_data(tmp_path, "00000001", {0: [(b"a", b"1", 0), (b"b", b"2", 1)], 1: [(b"c", b"3", 2)]})
+    m = SnapshotManifest(snapshot_id="00000001", application_id=APP, store=STORE, changelog_topic="c",
+                         created_at=snap.utc_now_iso(), partitions={0: PartitionSnapshot(5, 2, 5),
+                                                                     1: PartitionSnapshot(3, 1, 3),
+                                                                     2: PartitionSnapshot(0, 0, 0)},
+                         records_read=8, keys=3, duration_s=1.0)
+    assert snap.damaged_partitions(str(tmp_path), m) == {}
+    for part in (tmp_path / APP / STORE / "data" / "00000001" / "partition=1").glob("*.parquet"):
+        part.unlink()
+    assert snap.damaged_partitions(str(tmp_path), m) == {
+        1: f"its data files hold 0 rows, the manifest says 1 ({tmp_path}/{APP}/{STORE}/data/00000001/partition=1)"}
+
+
+def test_a_snapshot_identity_conflicts_with_a_recreated_or_repartitioned_changelog() -> None:
+    """Issue 16, item 14: the one rule the worker and compaction apply."""
+    from streaming.state.store_identity import StoreIdentity
+
+    snapshot = StoreIdentity("app", "s", "app-s-changelog", 4, changelog_id="AaITXFDWeVOkhYldXFP5XQ")
+    same = StoreIdentity("app", "s", "app-s-changelog", 4, changelog_id="AaITXFDWeVOkhYldXFP5XQ")
+    assert snapshot.conflict(same) is None
+    assert snapshot.conflict(StoreIdentity("app", "s", "app-s-changelog", 4)) is None, "a broker without ids"
+    cases = {
+        StoreIdentity("app", "s", "app-s-changelog", 4, changelog_id="AaITXFT4dwCExGCJKOqzNg"): "was recreated",
+        StoreIdentity("app", "s", "app-s-changelog", 2): "covers 4 partition(s) of changelog app-s-changelog, "
+                                                         "which has 2",
+        StoreIdentity("app", "s", "app-s-changelog", 4, reset_epoch="3"): "under reset epoch none",
+        StoreIdentity("app", "s", "app-s-changelog", 4, generation="v2"): "from topic generation none",
+        StoreIdentity("app", "s", "app-s-changelog.v2", 4): "covers changelog app-s-changelog, not",
+    }
+    for live, reason in cases.items():
+        assert reason in (snapshot.conflict(live) or ""), live
