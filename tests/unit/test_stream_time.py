@@ -28,8 +28,8 @@ from streaming.runtime.stream_time import (
     decode_record,
     encode_offset_metadata,
     encode_record,
-    stream_time_topics,
     observed_at_offsets,
+    stream_time_topics,
     time_at_offsets,
 )
 from streaming.runtime.task import StreamTask

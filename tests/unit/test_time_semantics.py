@@ -26,7 +26,7 @@ from streaming import (
     TimeWindows,
 )
 from streaming.testing import TopologyTestDriver
-from tests.unit.kafka_streams_models import InnerStreamJoin, SlidingCount, SessionCount, TimeWindowCount
+from tests.unit.kafka_streams_models import InnerStreamJoin, SessionCount, SlidingCount, TimeWindowCount
 
 String, Long, Json = Serdes.String(), Serdes.Long(), Serdes.Json()
 BufferConfig = Suppressed.BufferConfig
