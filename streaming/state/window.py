@@ -54,11 +54,12 @@ class WindowedLayeredStore(LayeredStore):
         # layer's pending writes (see owned_scan).
         self._written: dict[bytes, set[bytes]] = {}
         self._written_time = -1  # the highest segment time written through this store (cached writes included)
+        self._retention: int = inner.retention_ms  # type: ignore[attr-defined]
 
     @property
     def retention_ms(self) -> int:
         """How long the store keeps a window (by window start; sessions: by end) behind its observed time."""
-        return self.inner.retention_ms  # type: ignore[attr-defined,no-any-return]
+        return self._retention
 
     @property
     def observed_time(self) -> int:
@@ -70,8 +71,10 @@ class WindowedLayeredStore(LayeredStore):
     def expiry_floor(self) -> int:
         """The earliest window start (sessions: end) that reads still return: ``observed time - retention + 1``
         (Kafka Streams' ``getActualFrom``); older windows are expired even while their segment still exists."""
-        observed = self.observed_time
-        return 0 if observed < 0 else observed - self.retention_ms + 1
+        observed = self.inner.observed_time  # type: ignore[attr-defined]  # what the restore brought
+        if self._written_time > observed:
+            observed = self._written_time
+        return 0 if observed < 0 else observed - self._retention + 1
 
     def _windowed(self, raw: bytes) -> Windowed:
         """The record key and window of a bytes key."""
