@@ -17,15 +17,17 @@ class Change(NamedTuple):
     old: Any
 
 
-# Framing of a KGroupedTable's repartition records: a flag byte, then the serialized values.
-_NEW, _OLD, _BOTH = 1, 2, 3
+# Framing of a KGroupedTable's repartition records and a suppression buffer's entries: a flag byte, then the
+# serialized values. NEITHER is a delete whose old value was not asked for (``Change(None, None)``).
+_NEITHER, _NEW, _OLD, _BOTH = 0, 1, 2, 3
 
 
 def encode_change(new: bytes | None, old: bytes | None) -> bytes:
-    """``new``/``old`` serialized values as one repartition record value (internal format, not Kafka
-    Streams' ``ChangedSerializer``: repartition topics are read only by this application)."""
+    """``new``/``old`` serialized values as one value (internal format, not Kafka Streams'
+    ``ChangedSerializer``: these records are read only by this application). A None stays None, an empty
+    value stays empty."""
     if old is None:
-        return b"\x01" + (new or b"")
+        return b"\x00" if new is None else b"\x01" + new
     if new is None:
         return b"\x02" + old
     return b"\x03" + len(new).to_bytes(4, "big") + new + old
@@ -34,6 +36,8 @@ def encode_change(new: bytes | None, old: bytes | None) -> bytes:
 def decode_change(data: bytes) -> tuple[bytes | None, bytes | None]:
     """``(new, old)`` serialized values of a record written by :func:`encode_change`."""
     flag = data[0]
+    if flag == _NEITHER and len(data) == 1:
+        return None, None
     if flag == _NEW:
         return data[1:], None
     if flag == _OLD:

@@ -13,8 +13,17 @@ stream time passes ``t + after + grace`` (right records: ``t + before + grace``)
 arrives late but within the window still produces the inner result instead of a spurious
 ``joiner(left, None)``. Until then such records wait in a third store (``<name>-outer-shared-join-store``,
 logged), ordered by timestamp; a later match removes them. A record that arrives after its window
-already closed is emitted unjoined at once. Stream time is shared by both sides (the highest timestamp
-either side saw in the task); the waiting records are checked when a record moves it forward.
+already closed is emitted unjoined at once. Stream time is the join's own, shared by both sides (the
+highest timestamp either side saw in the task, Kafka Streams' shared ``TimeTracker``), not the task's; the
+waiting records are checked when a record moves it forward. The task owns it (Kafka Streams removes the
+tracker when the processor closes): a task created again — after an exactly-once abort, or a rebalance that
+gives it back — starts from the time of the last commit, which every commit records
+(:meth:`~streaming.processor.ProcessorContext.observed_stream_time`), never from its predecessor's.
+
+A buffered record is seen only while its store keeps it: the window stores hide records older than their
+own observed time minus their retention (see :mod:`streaming.state.window`), so a record arriving after its
+partners' windows closed does not join them (R@0, R@1000, then L@5 with ``JoinWindows.of(10)``: no result),
+as Kafka Streams' ``getActualFrom``.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from streaming.dsl.functions import joiner_takes_key
 from streaming.dsl.operators import PassThrough
 from streaming.dsl.repartition import add_repartition
 from streaming.errors import TopologyError
+from streaming.processor.api import ObservedStreamTime
 from streaming.runtime.context import fan_out
 from streaming.serdes import Serde, Serdes
 from streaming.state.stores import Stores
@@ -42,14 +52,14 @@ _LEFT, _RIGHT = b"\x00", b"\x01"
 _NO_TIME = 1 << 62
 
 
-class _TimeTracker:
-    """Stream time shared by both sides of one join in one task, and the lowest timestamp waiting in
-    the outer store (``_NO_TIME``: none)."""
+class _JoinTime(ObservedStreamTime):
+    """Stream time shared by both sides of one join in one task (``time``), and the lowest timestamp waiting in
+    the outer store (``_NO_TIME``: none, or not read yet)."""
 
-    __slots__ = ("min_time", "stream_time")
+    __slots__ = ("min_time",)
 
     def __init__(self) -> None:
-        self.stream_time = -1
+        super().__init__()
         self.min_time = _NO_TIME
 
 
@@ -59,8 +69,7 @@ class StreamJoinSide:
 
     def __init__(self, left: bool, this_store: str, other_store: str, outer_store: str | None, windows: JoinWindows,
                  joiner: Callable[..., Any], outer: bool, key_serde: Serde[Any] | None,
-                 left_value_serde: Serde[Any] | None, right_value_serde: Serde[Any] | None,
-                 trackers: dict[str, _TimeTracker]) -> None:
+                 left_value_serde: Serde[Any] | None, right_value_serde: Serde[Any] | None, time_key: str) -> None:
         self.left = left
         self.this_store, self.other_store, self.outer_store = this_store, other_store, outer_store
         self.before = windows.before_ms if left else windows.after_ms
@@ -70,14 +79,14 @@ class StreamJoinSide:
         self.outer = outer
         self.key_serde = key_serde
         self.left_value_serde, self.right_value_serde = left_value_serde, right_value_serde
-        self.trackers = trackers  # per task id, shared with the other side's node
+        self.time_key = time_key  # the task's observed stream time both sides share
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         downstream = fan_out(list(children.values()))
         this_window = context.get_state_store(self.this_store)
         other_window = context.get_state_store(self.other_store)
         outer_store = None if self.outer_store is None else context.get_state_store(self.outer_store)
-        tracker = self.trackers.setdefault(context.task_id, _TimeTracker())
+        tracker = context.observed_stream_time(self.time_key, _JoinTime)
         drop, is_left, outer = context.record_dropped, self.left, self.outer
         before, after, grace = self.before, self.after, self.windows.grace_ms
         # how long after its timestamp a waiting record's window closes, by side
@@ -107,7 +116,7 @@ class StreamJoinSide:
 
         def emit_closed() -> None:
             """Emit the waiting records whose windows have closed (ordered by timestamp)."""
-            stream_time = tracker.stream_time
+            stream_time = tracker.time
             if tracker.min_time + shortest_wait >= stream_time:
                 return
             tracker.min_time = _NO_TIME
@@ -130,7 +139,7 @@ class StreamJoinSide:
                 outer_store.delete(raw)
 
         def stream_join(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            tracker.stream_time = max(tracker.stream_time, timestamp)
+            tracker.time = max(tracker.time, timestamp)
             if key is None or value is None:
                 if outer and key is None and value is not None:
                     result = join(None, value, None) if is_left else join(None, None, value)
@@ -139,7 +148,7 @@ class StreamJoinSide:
                 drop("null key" if key is None else "null value")
                 return
             this_window.put_with_timestamp(key, value, timestamp, timestamp)
-            if outer_store is not None and timestamp == tracker.stream_time:
+            if outer_store is not None and timestamp == tracker.time:
                 emit_closed()
             time_from, time_to = max(0, timestamp - before), max(0, timestamp + after)
             matched = False
@@ -155,7 +164,7 @@ class StreamJoinSide:
                 downstream(key, result, max(timestamp, other_timestamp), headers)
             if matched or not outer:
                 return
-            if outer_store is None or time_to < tracker.stream_time:
+            if outer_store is None or time_to < tracker.time:
                 forward_unjoined(key, value, timestamp, this_side)
                 return
             raw_key = raw_key or kser(key)
@@ -215,12 +224,11 @@ def join_streams(this: KStream, other: KStream, joiner: Callable[..., Any], wind
         this_parent = add_repartition(builder, this_parent, f"{this_name}-left", key_serde, left_serde)
     if other._repartition_required:
         other_parent = add_repartition(builder, other_parent, f"{this_name}-right", key_serde, right_serde)
-    trackers: dict[str, _TimeTracker] = {}
     sides = ((this_name, this_parent, True, this_store, other_store, kind in ("left", "outer")),
              (other_name, other_parent, False, other_store, this_store, kind == "outer"))
     for node, parent, left, own, others, is_outer in sides:
         operator = StreamJoinSide(left, own, others, outer_store, windows, joiner, is_outer, key_serde, left_serde,
-                                  right_serde, trackers)
+                                  right_serde, this_store)
         topology.add_operator(node, operator, parent)
         stores = [own, others] + ([outer_store] if outer_store else [])
         topology.connect_processor_and_state_stores(node, store_names=stores)

@@ -6,19 +6,24 @@
 - ``Suppressed.until_time_limit(time_to_wait, buffer_config)``: forward a key's latest value once stream
   time is ``time_to_wait`` past the timestamp of the key's first held update (rate limiting).
 
-Time here is the suppression's own stream time, as in Kafka Streams: the highest timestamp of the
-updates that reached it (an aggregate's timestamp is its window's highest record timestamp). Not the
-task's: with a record cache upstream, a window's last update may still sit in the cache while the task's
-stream time has already passed the window's close, and only the updates' own timestamps say what has
-arrived. The buffer is checked when an update reaches it, so a final result leaves when a later update
-comes through (after a restart, from the first update on).
+Time here is the suppression's own stream time, as in Kafka Streams (``KTableSuppressProcessor``'s
+``observedStreamTime``): the highest timestamp of the updates that reached it (an aggregate's timestamp is
+its window's highest record timestamp). Not the task's: with a record cache upstream, a window's last update
+may still sit in the cache while the task's stream time has already passed the window's close, and only the
+updates' own timestamps say what has arrived. The buffer is checked when an update reaches it, so a final
+result leaves when a later update comes through. Every commit records this time and a restarted task goes on
+from it (:meth:`~streaming.processor.ProcessorContext.observed_stream_time`, keyed by the buffer store).
 
 The buffer is a store with a changelog (``<application.id>-<store>-changelog``, the store named
 ``<name>-store`` when ``Suppressed.with_name(name)`` is given): an update is held in the store and a
 forwarded one deleted from it, in the same commit as the input offsets, so a restart neither loses
 nor repeats a final result. Held updates keep their key, value and timestamp; their headers are not
-kept (forwarded results carry none). A final result that is a delete (the window's aggregate was
-removed) is not forwarded, as Kafka Streams drops such tombstones.
+kept (forwarded results carry none). Deletes are held like any update (``Change(None, old)``, the old value
+only when a node downstream asked for it). When one leaves the buffer: final-results suppression drops it
+(a window whose aggregate was removed — a session merged into another — has no final result), time-limit
+suppression forwards it as a delete, as Kafka Streams (``KTableSuppressProcessor.shouldForward``: tombstones
+are dropped only where ``safeToDropTombstones``, which ``untilWindowCloses`` sets and ``untilTimeLimit`` does
+not).
 """
 
 from __future__ import annotations
@@ -158,7 +163,7 @@ class SuppressOperator:
         held: dict[bytes, tuple[int, int, bytes]] = {}
         queue: list[tuple[int, bytes]] = []
         size = [0]
-        observed = [-1]  # the highest update timestamp seen: this node's stream time
+        observed = context.observed_stream_time(name)  # the highest update timestamp seen: this node's stream time
         for raw, data in store.all():  # what the changelog restored
             buffer_time, timestamp = _TIMES.unpack_from(data)
             held[raw] = (buffer_time, timestamp, data)
@@ -204,8 +209,9 @@ class SuppressOperator:
             store.put(raw, data)
             if previous is None:
                 heapq.heappush(queue, (buffer_time, raw))
-            observed[0] = max(observed[0], timestamp)
-            expiry = observed[0] - delay
+            if timestamp > observed.time:
+                observed.time = timestamp
+            expiry = observed.time - delay
             while queue and queue[0][0] <= expiry:
                 evict_one()
             if full():

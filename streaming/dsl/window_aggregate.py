@@ -2,9 +2,19 @@
 ``TimeWindows`` (tumbling, hopping), ``SessionWindows`` or ``SlidingWindows``, into a window or session
 store, forwarding ``Change(new, old)`` keyed by ``Windowed(key, window)``.
 
-Closing (Kafka Streams 3.x): stream time is the task's highest record timestamp, this record's
-included. A time window is closed once ``end <= stream time - grace`` (a session once ``end < stream
-time - grace - gap``; a sliding window as time windows, its end inclusive). A record is dropped from
+Closing (Kafka Streams 3.x): stream time is the aggregation's own observed stream time — the highest
+timestamp of the records that reached it, this record's included (``observedStreamTime`` of
+``AbstractKStreamTimeWindowAggregateProcessor`` and ``KStreamSessionWindowAggregate``), not the task's: a
+record an upstream ``filter`` removed, or a table update in the same task, never closes a window here.
+Records dropped for a None key or value do not move it. It is kept with every commit and a restarted task
+goes on from it (:meth:`~streaming.processor.ProcessorContext.observed_stream_time`, keyed by the store).
+
+A time window is closed once ``end <= stream time - grace`` (``KStreamWindowAggregate``: updated while
+``windowEnd > closeTime``); a session once ``end < stream time - grace - gap``
+(``KStreamSessionWindowAggregate``); a sliding window once ``end < stream time - grace``: its end is
+inclusive, so a window ending exactly at the close time still takes the record
+(``KStreamSlidingWindowAggregate.updateWindowAndForward``: ``windowEnd >= closeTime``), which with grace 0
+is every in-order record's own left window. A record is dropped from
 each closed window it falls in: the task's ``dropped_records`` counts it (once per closed window, as
 Kafka Streams' dropped-records sensor), a debug log names its topic, partition and offset, and if the
 windowing was given a ``late_records_topic`` the record goes there (once, as it came in).
@@ -78,6 +88,7 @@ class TimeWindowAggregate(_WindowedOperator):
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         store, downstream, late, cached = self._connect(children, context)
+        observed = context.observed_stream_time(self.store_name)
         fetch, put, drop = store.fetch_with_timestamp, store.put_with_timestamp, context.record_dropped
         step, send_old, grace = self.step, self.send_old_values, self.windows.grace_ms
         size, advance = self.windows.size_ms, self.windows.advance_ms
@@ -88,7 +99,9 @@ class TimeWindowAggregate(_WindowedOperator):
             if key is None or value is None:
                 drop("null key" if key is None else "null value")
                 return
-            close = context.current_stream_time_ms - grace
+            if timestamp > observed.time:
+                observed.time = timestamp
+            close = observed.time - grace
             if tumbling:
                 start = timestamp - timestamp % size
                 windows = ((start, start + size),)
@@ -143,6 +156,7 @@ class SessionWindowAggregate(_WindowedOperator):
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         store, downstream, late, cached = self._connect(children, context)
+        observed = context.observed_stream_time(self.store_name)
         find, put, drop = store.find_sessions, store.put, context.record_dropped
         step, merger, send_old = self.step, self.merger, self.send_old_values
         gap, delay, merge_start = self.windows.gap_ms, self.close_delay_ms, self.merge_start
@@ -151,7 +165,9 @@ class SessionWindowAggregate(_WindowedOperator):
             if key is None or value is None:
                 drop("null key" if key is None else "null value")
                 return
-            close = context.current_stream_time_ms - delay
+            if timestamp > observed.time:
+                observed.time = timestamp
+            close = observed.time - delay
             start = end = timestamp
             merged = list(find(key, timestamp - gap, timestamp + gap, True))
             aggregate = merge_start() if merge_start is not None and merged else None
@@ -187,8 +203,9 @@ class SlidingWindowAggregate(_WindowedOperator):
     aggregate of the window just before it when that window's records reach into it), as are the right
     window of the previous record (``[prev + 1, prev + 1 + d]``, if ``t`` falls in it) and the record's
     own right window (a copy of the aggregate of the later records within ``d``). Records earlier than
-    ``d`` share the window ``[0, d]``. A record more than ``d + grace`` behind stream time is dropped
-    whole; otherwise each closed window it would update counts one drop."""
+    ``d`` share the window ``[0, d]``. A record whose right window ``[t + 1, t + 1 + d]`` is already
+    closed (``t + 1 + d <= stream time - grace``) is dropped whole; otherwise each closed window it would
+    update (``end < stream time - grace``) counts one drop."""
 
     def __init__(self, store_name: str, windows: SlidingWindows, kind: str, initializer: Callable[[], Any] | None,
                  function: Callable[..., Any] | None, late_sink: str | None = None) -> None:
@@ -202,6 +219,7 @@ class SlidingWindowAggregate(_WindowedOperator):
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         store, downstream, late, cached = self._connect(children, context)
+        observed = context.observed_stream_time(self.store_name)
         fetch, put, drop = store.fetch_timestamped, store.put_with_timestamp, context.record_dropped
         step, send_old = self.step, self.send_old_values
         diff, grace = self.windows.time_difference_ms, self.windows.grace_ms
@@ -210,7 +228,7 @@ class SlidingWindowAggregate(_WindowedOperator):
                    close: int) -> bool:
             """Aggregate the record into window ``[start, start + diff]`` holding ``old`` (None: empty)."""
             end = start + diff
-            if end <= close:
+            if end < close:
                 drop(f"record at {timestamp} for closed sliding window [{start}, {end}] (stream time - grace = {close})",
                      late=True)
                 return False
@@ -262,7 +280,9 @@ class SlidingWindowAggregate(_WindowedOperator):
             if key is None or value is None:
                 drop("null key" if key is None else "null value")
                 return
-            close = context.current_stream_time_ms - grace
+            if timestamp > observed.time:
+                observed.time = timestamp
+            close = observed.time - grace
             if timestamp + 1 + diff <= close:
                 drop(f"record at {timestamp} for closed sliding windows (stream time - grace = {close})",
                      late=True)

@@ -2,6 +2,7 @@
 
 from streaming.processor.api import (
     Cancellable,
+    ObservedStreamTime,
     Processor,
     ProcessorContext,
     ProcessorSupplier,
@@ -9,4 +10,4 @@ from streaming.processor.api import (
     Record,
 )
 
-__all__ = ["Cancellable", "Processor", "ProcessorContext", "ProcessorSupplier", "PunctuationType", "Record"]
+__all__ = ["Cancellable", "ObservedStreamTime", "Processor", "ProcessorContext", "ProcessorSupplier", "PunctuationType", "Record"]

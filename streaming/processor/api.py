@@ -77,6 +77,32 @@ class Cancellable:
         self.cancelled = True
 
 
+class ObservedStreamTime:
+    """The highest record timestamp one time-driven node has seen in one task: the time its windows, grace and
+    buffers go by (Kafka Streams' ``observedStreamTime`` of its windowed aggregations, session aggregations and
+    suppressions, and the ``TimeTracker`` both sides of a stream-stream join share).
+
+    Not the task's stream time: a record an upstream ``filter`` removes, or a table update in the same task,
+    moves the task's time but never reaches the node, so it must not close the node's windows. Get one from
+    :meth:`ProcessorContext.observed_stream_time`: the task owns it (a task created again starts from what was
+    committed, never from a predecessor's uncommitted time) and keeps its value with every commit, so a restarted
+    task goes on from the time of its last commit."""
+
+    __slots__ = ("time",)
+
+    def __init__(self) -> None:
+        self.time = -1  # no record yet
+
+    def advance(self, timestamp: int) -> int:
+        """Move the time to ``timestamp`` if that is later; return the (new) time."""
+        if timestamp > self.time:
+            self.time = timestamp
+        return self.time
+
+
+T = TypeVar("T", bound=ObservedStreamTime)
+
+
 class ProcessorContext:
     """What a processor sees of its task: forward records, schedule punctuations, reach stores.
 
@@ -107,6 +133,12 @@ class ProcessorContext:
 
     def commit(self) -> None:
         """Ask for a commit as soon as the current record is done."""
+        raise NotImplementedError
+
+    def observed_stream_time(self, key: str, kind: type[T] = ObservedStreamTime) -> T:  # type: ignore[assignment]
+        """This task's :class:`ObservedStreamTime` named ``key`` (a name unique in the topology, e.g. the node's
+        store name; nodes asking for the same key share one), made as ``kind()`` on first use and set to the time
+        of the task's last commit: what the commit recorded for ``key``, else the task's stream time then."""
         raise NotImplementedError
 
     def record_dropped(self, reason: str, late: bool = False) -> None:

@@ -8,7 +8,15 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from streaming.errors import TopologyError
-from streaming.processor.api import Cancellable, Headers, ProcessorContext, PunctuationType, Record
+from streaming.processor.api import (
+    Cancellable,
+    Headers,
+    ObservedStreamTime,
+    ProcessorContext,
+    PunctuationType,
+    Record,
+    T,
+)
 from streaming.serdes import Serde
 from streaming.state.api import StateStore
 from streaming.topology.nodes import Emit
@@ -109,6 +117,9 @@ class NodeContext(ProcessorContext):
 
     def commit(self) -> None:
         self._task.commit_requested = True
+
+    def observed_stream_time(self, key: str, kind: type[T] = ObservedStreamTime) -> T:  # type: ignore[assignment]
+        return self._task.observed_stream_time(key, kind)
 
     @property
     def topic(self) -> str | None:

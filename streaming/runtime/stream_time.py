@@ -25,6 +25,14 @@ Streams' metadata, which is atomic with the offset. A new task reads only the pa
 amount however long the topic grew. (Where the broker compacts the topic, an ignored record may have replaced
 the one that counted; the commit metadata, kept by such a broker, still holds the time.)
 
+Node times: each time-driven node (windowed aggregations, suppression, stream-stream joins) goes by its own
+observed stream time (:meth:`StreamTask.observed_stream_time`), which the same commit keeps: in the offset
+metadata as Kafka Streams' version 2 (``TopicPartitionMetadata`` with its ``ProcessorMetadata``: every partition of
+the task carries the task's node times; a task takes the highest per node, as ``ProcessorMetadata.update``), and
+in the stream-time record's ``operators`` field, counted only from a record whose every offset is committed. A node
+with no recorded time (a commit by an older Brook) starts from the task's recovered stream time, which is never
+behind it: a window it closed stays closed.
+
 Only tasks with logged state get the topic: stream time decides what they keep (windows, grace, suppression,
 join windows, stream-time punctuators over their stores); a stateless task has nothing that a wrong stream
 time could corrupt across a restart beyond what it forwards, and still gets the commit metadata where the
@@ -39,7 +47,7 @@ import logging
 import struct
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -54,72 +62,149 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
-#: The first byte of the offset metadata (Kafka Streams' ``LATEST_MAGIC_BYTE``): version 1 is the time as a
-#: big-endian signed 64-bit integer after it.
+#: The first byte of the offset metadata (Kafka Streams' ``TopicPartitionMetadata``): version 1 is the partition
+#: time as a big-endian signed 64-bit integer after it; version 2 (``LATEST_MAGIC_BYTE``) adds the processor
+#: metadata after the time: an int count, then per entry an int key length, the UTF-8 key and a long value.
 METADATA_VERSION = 1
-RECORD_VERSION = 1  # the stream-time topic's value format
+METADATA_VERSION_WITH_PROCESSORS = 2
+#: Offset metadata longer than this is committed without the node times (Kafka's ``offset.metadata.max.bytes``
+#: is 4096 by default and a broker refuses a commit over it); the stream-time topic still has them.
+MAX_METADATA_CHARS = 3_000
+RECORD_VERSION = 1  # the stream-time topic's value format ("operators" was added later: optional)
 UNKNOWN = -1  # no time known for a partition (Kafka Streams' RecordQueue.UNKNOWN)
 #: How many records at the end of a stream-time partition a new task reads first (see
 #: :meth:`StreamTimeRecovery._read_topics`): enough for the records of commits that failed after their write.
 TAIL_RECORDS = 1_000
+_LONG = struct.Struct(">q")
+_INT = struct.Struct(">i")
 
 
-def encode_offset_metadata(partition_time: int) -> str:
-    """The offset commit metadata for a partition whose partition time is ``partition_time``."""
-    return base64.b64encode(struct.pack(">bq", METADATA_VERSION, partition_time)).decode("ascii")
+def encode_offset_metadata(partition_time: int, processor_times: dict[str, int] | None = None,
+                           where: str = "") -> str:
+    """The offset commit metadata for a partition whose partition time is ``partition_time``, with the task's node
+    times (``processor_times``, see :meth:`StreamTask.observed_stream_time`) as Kafka Streams' processor metadata.
+    Node times that would make it longer than :data:`MAX_METADATA_CHARS` are left out (logged, naming ``where``)."""
+    if not processor_times:
+        return base64.b64encode(struct.pack(">bq", METADATA_VERSION, partition_time)).decode("ascii")
+    parts = [struct.pack(">bq", METADATA_VERSION_WITH_PROCESSORS, partition_time), _INT.pack(len(processor_times))]
+    for key, value in sorted(processor_times.items()):
+        raw = key.encode()
+        parts += [_INT.pack(len(raw)), raw, _LONG.pack(value)]
+    encoded = base64.b64encode(b"".join(parts)).decode("ascii")
+    if len(encoded) > MAX_METADATA_CHARS:
+        log.warning("%s: the times of %d nodes make the offset metadata %d characters long; committing the "
+                    "partition time alone (the stream-time topic keeps the node times)", where,
+                    len(processor_times), len(encoded))
+        return encode_offset_metadata(partition_time)
+    return encoded
 
 
-def decode_offset_metadata(metadata: str | None, where: str) -> int:
-    """The partition time in a committed offset's ``metadata``; :data:`UNKNOWN` if there is none, or it is
-    of another version or unreadable (logged, naming ``where``: the task and partition)."""
+def decode_offset_metadata(metadata: str | None, where: str) -> tuple[int, dict[str, int]]:
+    """The partition time in a committed offset's ``metadata`` (:data:`UNKNOWN` if there is none, or it is of
+    another version or unreadable: logged, naming ``where``, the task and partition), and the node times in it."""
     if not metadata:
-        return UNKNOWN
+        return UNKNOWN, {}
     try:
         raw = base64.b64decode(metadata, validate=True)
         version = raw[0]
     except (ValueError, IndexError):
         log.warning("%s: committed offset metadata %r is not a stream time; starting without it", where,
                     metadata[:40])
-        return UNKNOWN
-    if version != METADATA_VERSION or len(raw) != 9:
-        log.warning("%s: committed offset metadata has version %d (%d bytes); this Brook reads version %d, "
-                    "starting without it", where, version, len(raw), METADATA_VERSION)
-        return UNKNOWN
-    return struct.unpack(">q", raw[1:])[0]
+        return UNKNOWN, {}
+    if version == METADATA_VERSION and len(raw) == 9:
+        return _LONG.unpack_from(raw, 1)[0], {}
+    if version == METADATA_VERSION_WITH_PROCESSORS and len(raw) >= 9:
+        try:
+            return _LONG.unpack_from(raw, 1)[0], _processor_times(raw, 9)
+        except (struct.error, UnicodeDecodeError, ValueError) as exc:
+            log.warning("%s: committed offset metadata (version 2) has unreadable node times (%s); starting with the "
+                        "partition time alone", where, exc)
+            return _LONG.unpack_from(raw, 1)[0], {}
+    log.warning("%s: committed offset metadata has version %d (%d bytes); this Brook reads versions %d and %d, "
+                "starting without it", where, version, len(raw), METADATA_VERSION, METADATA_VERSION_WITH_PROCESSORS)
+    return UNKNOWN, {}
 
 
-def encode_record(times: dict[TP, tuple[int, int]]) -> bytes:
-    """The stream-time topic's value: per input partition, its partition time and the next offset to read
-    (what the commit that writes the record commits)."""
-    return json.dumps({"version": RECORD_VERSION,
-                       "partitions": [[t, p, ts, offset] for (t, p), (ts, offset) in sorted(times.items())]},
-                      separators=(",", ":")).encode()
-
-
-def decode_record(value: bytes | None, where: str) -> dict[TP, tuple[int, int]]:
-    """``(partition time, next offset)`` per input partition from a stream-time topic value (``where``: its
-    topic, partition and offset)."""
-    if value is None:
+def _processor_times(raw: bytes, position: int) -> dict[str, int]:
+    """Kafka Streams' serialized ``ProcessorMetadata`` from ``position`` on (nothing: no entries)."""
+    if position == len(raw):
         return {}
+    count = _INT.unpack_from(raw, position)[0]
+    position += 4
+    times = {}
+    for _ in range(count):
+        size = _INT.unpack_from(raw, position)[0]
+        key = raw[position + 4:position + 4 + size].decode()
+        if len(key.encode()) != size:
+            raise ValueError("a key runs past the end")
+        times[key] = _LONG.unpack_from(raw, position + 4 + size)[0]
+        position += 12 + size
+    if position != len(raw):
+        raise ValueError(f"{len(raw) - position} bytes after the last entry")
+    return times
+
+
+class StreamTimeRecord(NamedTuple):
+    """A stream-time topic value: per input partition its partition time and the next offset to read (what the
+    commit that wrote the record commits), and the task's node times at that commit."""
+
+    partitions: dict[TP, tuple[int, int]]
+    observed: dict[str, int]
+
+
+def encode_record(times: dict[TP, tuple[int, int]], observed: dict[str, int] | None = None) -> bytes:
+    """The stream-time topic's value: per input partition, its partition time and the next offset to read
+    (what the commit that writes the record commits); and the task's node times (``observed``), if it has any."""
+    value: dict[str, Any] = {"version": RECORD_VERSION,
+                             "partitions": [[t, p, ts, offset] for (t, p), (ts, offset) in sorted(times.items())]}
+    if observed:
+        value["operators"] = dict(sorted(observed.items()))
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def decode_record(value: bytes | None, where: str) -> StreamTimeRecord:
+    """A stream-time topic value (``where``: its topic, partition and offset)."""
+    if value is None:
+        return StreamTimeRecord({}, {})
     try:
         data = json.loads(value)
         if data.get("version") != RECORD_VERSION:
             raise ValueError(f"version {data.get('version')!r}, this Brook reads {RECORD_VERSION}")
-        return {(str(topic), int(partition)): (int(ts), int(offset))
-                for topic, partition, ts, offset in data["partitions"]}
+        return StreamTimeRecord({(str(topic), int(partition)): (int(ts), int(offset))
+                                 for topic, partition, ts, offset in data["partitions"]},
+                                {str(key): int(ts) for key, ts in data.get("operators", {}).items()})
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise StreamsError(f"stream-time record at {where} is unreadable ({exc}): {value[:80]!r}") from exc
 
 
-def time_at_offsets(records: Iterable[dict[TP, tuple[int, int]]], committed: dict[TP, int]) -> dict[TP, int]:
+def time_at_offsets(records: Iterable[StreamTimeRecord], committed: dict[TP, int]) -> dict[TP, int]:
     """Per input partition, the highest time among ``records`` written at or before its ``committed`` offset
     (a record past it was written for a commit that did not happen)."""
     times: dict[TP, int] = {}
     for record in records:
-        for tp, (ts, offset) in record.items():
+        for tp, (ts, offset) in record.partitions.items():
             if tp in committed and offset <= committed[tp]:
                 times[tp] = max(times.get(tp, UNKNOWN), ts)
     return times
+
+
+def observed_at_offsets(records: Iterable[StreamTimeRecord], committed: dict[TP, int]) -> dict[str, int]:
+    """Per node time, the highest among ``records`` whose every offset is committed (a record written for a
+    commit that did not happen names an offset past the committed one, or a partition with none committed)."""
+    times: dict[str, int] = {}
+    for record in records:
+        if record.observed and all(tp in committed and offset <= committed[tp]
+                                   for tp, (_, offset) in record.partitions.items()):
+            for key, ts in record.observed.items():
+                times[key] = max(times.get(key, UNKNOWN), ts)
+    return times
+
+
+def merge_max(target: dict[str, int], times: dict[str, int]) -> None:
+    """Take the higher time per key into ``target`` (Kafka Streams' ``ProcessorMetadata.update``)."""
+    for key, ts in times.items():
+        if ts > target.get(key, UNKNOWN):
+            target[key] = ts
 
 
 def keeps_stream_time(topology: Topology, subtopology: Subtopology) -> bool:
@@ -152,30 +237,36 @@ class StreamTimeRecovery:
     def recover(self, tasks: Iterable[StreamTask]) -> None:
         """Attach each task to its stream-time topic (if its sub-topology keeps one) and initialize its partition
         times: per input partition, the highest of the committed offset's metadata and the stream-time topic's
-        records at or before that offset."""
+        records at or before that offset; and its node times (:meth:`StreamTask.observed_stream_time`) the same
+        way, from the metadata and the records whose offsets are all committed."""
         tasks = list(tasks)
         if not tasks:
             return
         started = time.monotonic()
         for task in tasks:
             task.stream_time_topic = self._topics.get(task.subtopology.id)
-        offsets, from_metadata = self._read_committed(tasks)
+        offsets, from_metadata, observed_metadata = self._read_committed(tasks)
         records = self._read_topics([task for task in tasks if task.stream_time_topic is not None], offsets)
         for task in tasks:
             committed = {tp: offsets[tp] for tp in task.partitions if tp in offsets}
             stored = time_at_offsets(records.get(task.id, []), committed)
             times = {tp: max(from_metadata.get(tp, UNKNOWN), stored.get(tp, UNKNOWN)) for tp in task.partitions}
-            task.initialize_stream_time(times, committed)
+            observed: dict[str, int] = {}
+            for tp in committed:
+                merge_max(observed, observed_metadata.get(tp, {}))
+            merge_max(observed, observed_at_offsets(records.get(task.id, []), committed))
+            task.initialize_stream_time(times, committed, observed)
             if any(ts != UNKNOWN for ts in times.values()):
                 log.info("task %s goes on from stream time %d (partition times %s; from the commit metadata: %s, "
-                         "from %s: %s)", task.id, max(times.values()), times,
+                         "from %s: %s; node times %s)", task.id, max(times.values()), times,
                          {tp: ts for tp, ts in from_metadata.items() if tp in committed},
-                         task.stream_time_topic, stored or "none")
+                         task.stream_time_topic, stored or "none", observed or "none")
         log.info("stream time of tasks %s read in %.0f ms", sorted(task.id for task in tasks),
                  (time.monotonic() - started) * 1000)
 
-    def _read_committed(self, tasks: list[StreamTask]) -> tuple[dict[TP, int], dict[TP, int]]:
-        """The group's committed offsets of the tasks' partitions, and the partition times in their metadata."""
+    def _read_committed(self, tasks: list[StreamTask]) -> tuple[dict[TP, int], dict[TP, int], dict[TP, dict[str, int]]]:
+        """The group's committed offsets of the tasks' partitions, and the partition times and node times in their
+        metadata."""
         partitions = [tp for task in tasks for tp in task.partitions]
         try:
             committed = self._committed([TopicPartition(*tp) for tp in partitions], timeout=self._timeout)
@@ -183,16 +274,17 @@ class StreamTimeRecovery:
             raise StreamsError(f"cannot read the committed offsets of {sorted(partitions)} to initialize the stream "
                                f"time of tasks {sorted(task.id for task in tasks)}: {exc}") from exc
         owner = {tp: task.id for task in tasks for tp in task.partitions}
-        offsets, times = {}, {}
+        offsets, times, observed = {}, {}, {}
         for tp in committed:
             pair = (tp.topic, tp.partition)
             if tp.offset >= 0:
                 offsets[pair] = tp.offset
-                times[pair] = decode_offset_metadata(tp.metadata, f"task {owner.get(pair)} {tp.topic}[{tp.partition}]")
-        return offsets, times
+                times[pair], observed[pair] = decode_offset_metadata(
+                    tp.metadata, f"task {owner.get(pair)} {tp.topic}[{tp.partition}]")
+        return offsets, times, observed
 
     def _read_topics(self, tasks: list[StreamTask],
-                     committed: dict[TP, int]) -> dict[str, list[dict[TP, tuple[int, int]]]]:
+                     committed: dict[TP, int]) -> dict[str, list[StreamTimeRecord]]:
         """The records of the tasks' stream-time partitions that can decide their time, per task id: the tail of
         each partition (its last TAIL_RECORDS records), read further back only while the tail holds no record at
         or before a committed offset of the task, so a restart reads a bounded amount however long the topic grew
@@ -208,7 +300,7 @@ class StreamTimeRecovery:
         try:
             starts = {tp: max(0, self._end_hint(reader, tp) - TAIL_RECORDS) for tp in wanted}
             ends: dict[tuple[str, int], int] = {}
-            records: dict[str, list[dict[TP, tuple[int, int]]]] = {}
+            records: dict[str, list[StreamTimeRecord]] = {}
             while starts:
                 read, ends_read = self._read_from(reader, starts, ends, {task.id for task in tasks})
                 ends.update(ends_read)
@@ -235,13 +327,13 @@ class StreamTimeRecovery:
             return 0
 
     def _read_from(self, reader: Consumer, starts: dict[tuple[str, int], int], stops: dict[tuple[str, int], int],
-                   ids: set[str]) -> tuple[dict[str, list[dict[TP, tuple[int, int]]]], dict[tuple[str, int], int]]:
+                   ids: set[str]) -> tuple[dict[str, list[StreamTimeRecord]], dict[tuple[str, int], int]]:
         """The records of each stream-time partition from its start to its stop (partition EOF where there is no
         stop), per task id, and each partition's end: its EOF offset, or its stop."""
         reader.assign([TopicPartition(topic, partition, start) for (topic, partition), start in starts.items()])
         pending = set(starts)
         ends: dict[tuple[str, int], int] = {}
-        records: dict[str, list[dict[TP, tuple[int, int]]]] = {}
+        records: dict[str, list[StreamTimeRecord]] = {}
         deadline = time.monotonic() + self._timeout
         try:
             while pending:

@@ -19,7 +19,7 @@ from streaming.errors import (
     TopologyError,
 )
 from streaming.naming import changelog_topic
-from streaming.processor.api import Cancellable, PunctuationType, Record
+from streaming.processor.api import Cancellable, ObservedStreamTime, PunctuationType, Record, T
 from streaming.runtime.context import NodeContext, fan_out
 from streaming.runtime.error_handlers import (
     DESERIALIZATION,
@@ -91,6 +91,13 @@ class StreamTask:
         # runtime for tasks with logged stores: streaming.runtime.stream_time); None: offset metadata only.
         self.stream_time_topic: str | None = None
         self._written_times: dict[TopicPartition, int] = {}
+        # The times of the task's time-driven nodes (observed_stream_time), what the last commit recorded of them,
+        # and what was last written to the stream-time topic; a node with no recorded time starts from the stream
+        # time the task started from.
+        self._observed: dict[str, ObservedStreamTime] = {}
+        self._recovered_observed: dict[str, int] = {}
+        self._initial_stream_time = -1
+        self._written_observed: dict[str, int] = {}
         self.dropped_records = 0  # records DSL operators skipped on purpose (null keys or values, late records)
         self.late_records = 0  # of those, records for windows already closed
         self.current: Any = None  # the input message being processed (None inside a punctuation)
@@ -509,10 +516,12 @@ class StreamTask:
             return {self.partitions[0]: self.stream_time}
         return {tp: queue.processed_time for tp, queue in self.group.queues.items()}
 
-    def initialize_stream_time(self, times: dict[TopicPartition, int], committed: dict[TopicPartition, int]) -> None:
+    def initialize_stream_time(self, times: dict[TopicPartition, int], committed: dict[TopicPartition, int],
+                               observed: dict[str, int] | None = None) -> None:
         """Go on from the partition times of the last commit (before processing anything): stream time is the
         highest of them, as in Kafka Streams' ``initializeTaskTime``. ``committed``: the group's committed offsets
-        of the task's partitions (a stream-time record names the offsets its times belong to)."""
+        of the task's partitions (a stream-time record names the offsets its times belong to). ``observed``: the
+        times of the task's time-driven nodes at that commit (see :meth:`observed_stream_time`)."""
         self._committed.update(committed)
         for tp, ts in times.items():
             if self.group is not None and tp in self.group.queues:
@@ -521,24 +530,45 @@ class StreamTask:
                 queue.processed_time = max(queue.processed_time, ts)
             self.stream_time = max(self.stream_time, ts)
         self._written_times = self.partition_times()
+        self._initial_stream_time = self.stream_time
+        self._recovered_observed = dict(observed or {})
+        for key, tracker in self._observed.items():  # nodes built before (none, when tasks are created as usual)
+            tracker.advance(self._recovered_observed.get(key, self._initial_stream_time))
+        self._written_observed = self.observed_times()
+
+    def observed_stream_time(self, key: str, kind: type[T] = ObservedStreamTime) -> T:  # type: ignore[assignment]
+        """The task's :class:`ObservedStreamTime` named ``key`` (see ``ProcessorContext.observed_stream_time``)."""
+        tracker = self._observed.get(key)
+        if tracker is None:
+            tracker = self._observed[key] = kind()
+            tracker.time = self._recovered_observed.get(key, self._initial_stream_time)
+        elif not isinstance(tracker, kind):
+            raise TopologyError(f"task {self.id}: observed stream time {key!r} is a {type(tracker).__name__}, "
+                                f"asked for as a {kind.__name__} (two nodes use the same key)")
+        return tracker  # type: ignore[return-value]
+
+    def observed_times(self) -> dict[str, int]:
+        """The time of each of the task's time-driven nodes that has one (-1: no record yet)."""
+        return {key: tracker.time for key, tracker in self._observed.items()}
 
     def offset_metadata(self, tp: TopicPartition) -> str:
-        """The metadata committed with ``tp``'s offset: its partition time (as Kafka Streams encodes it)."""
+        """The metadata committed with ``tp``'s offset: its partition time and the task's node times (as Kafka
+        Streams encodes its partition time and processor metadata)."""
         partition_time = self.stream_time if self.group is None else self.group.queues[tp].processed_time
-        return encode_offset_metadata(partition_time)
+        return encode_offset_metadata(partition_time, self.observed_times(), self.id)
 
     def _write_stream_time(self) -> None:
-        """Send the partition times to the stream-time topic if they moved since the last write, with the next
-        offset of each partition (the commit then makes the record durable with the offsets: acknowledged
-        first, or in the same transaction). Partitions with no offset yet are left out."""
-        times = self.partition_times()
-        if times == self._written_times or max(times.values()) < 0:
+        """Send the partition times and the node times to the stream-time topic if they moved since the last
+        write, with the next offset of each partition (the commit then makes the record durable with the offsets:
+        acknowledged first, or in the same transaction). Partitions with no offset yet are left out."""
+        times, observed = self.partition_times(), self.observed_times()
+        if (times == self._written_times and observed == self._written_observed) or max(times.values()) < 0:
             return
         at = {tp: (ts, self.consumed.get(tp, self._committed.get(tp))) for tp, ts in times.items()}
-        record = encode_record({tp: (ts, offset) for tp, (ts, offset) in at.items() if offset is not None})
+        record = encode_record({tp: (ts, offset) for tp, (ts, offset) in at.items() if offset is not None}, observed)
         self._collector.send(self.stream_time_topic, self.id.encode(), record,  # type: ignore[arg-type]
                              max(times.values()), None, self.partition)
-        self._written_times = times
+        self._written_times, self._written_observed = times, observed
 
     # -- commit and close -------------------------------------------------------------------------------------
     def prepare_commit(self) -> dict[TopicPartition, int]:

@@ -4,6 +4,10 @@ layers as the other stores (caching, change logging, a :class:`~streaming.state.
 Bytes layout (Kafka Streams' ``SessionKeySchema``, also the changelog's key): the key's bytes, the
 session end and the session start (8 bytes each, big-endian); segments go by the session end. Values
 are the plain aggregate; the changelog record's timestamp is the session end.
+
+Retention goes by session end: sessions that end before ``observed stream time - retention + 1`` (the
+store's highest session end written or restored) are never returned, as window stores (see
+:mod:`streaming.state.window`; Kafka Streams' ``getActualFrom`` applies to the session end).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class TypedSessionStore(WindowedLayeredStore):
         """Store ``aggregate`` for ``session`` (None removes it); the changelog record's timestamp is the
         session end."""
         end = session[1][1]
+        if end > self._written_time:
+            self._written_time = end
         raw = self._key(session[0])
         store_key = raw + _END_START.pack(end, session[1][0])
         self._track(raw, store_key)
@@ -49,7 +55,9 @@ class TypedSessionStore(WindowedLayeredStore):
 
     # -- reads ----------------------------------------------------------------------------------------------------
     def fetch_session(self, key: Any, session_start: int, session_end: int) -> Any:
-        """The aggregate of ``key``'s session ``[session_start, session_end]``, or None."""
+        """The aggregate of ``key``'s session ``[session_start, session_end]``, or None (also when it expired)."""
+        if session_end < self.expiry_floor():
+            return None
         return self._value_of(self._store.get(self._key(key) + _END_START.pack(session_end, session_start)))
 
     def find_sessions(self, key: Any, earliest_session_end: int, latest_session_start: int, owner: bool = False
@@ -77,6 +85,7 @@ class TypedSessionStore(WindowedLayeredStore):
 
     def _sessions(self, lo_key: bytes | None, hi_key: bytes | None, earliest_end: int, latest_start: int,
                   owner: bool = False) -> Iterator[tuple[Windowed, Any]]:
+        earliest_end = max(earliest_end, self.expiry_floor())
         lo = None if lo_key is None else lo_key + _END_START.pack(max(earliest_end, 0), 0)
         hi = None if hi_key is None else hi_key + _END_START.pack(_MAX_TIME, _MAX_TIME)
         windowed, value, unpack = self._windowed, self._value_of, _END_START.unpack_from

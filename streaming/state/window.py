@@ -10,6 +10,12 @@ Bytes layout (Kafka Streams' ``WindowKeySchema``, also the changelog's key): the
 window start (8 bytes, big-endian) and a sequence number (4 bytes; 0 unless the store retains
 duplicates). Values carry an 8-byte timestamp prefix in the layers, and the changelog holds the plain
 value with the timestamp as the record's, as for timestamped key-value stores.
+
+Retention: the store's observed stream time is the highest window start written to it (or restored into it).
+Windows that start before ``observed stream time - retention + 1`` are expired: reads never return them,
+whether or not their segment has been dropped yet (Kafka Streams' ``AbstractRocksDBSegmentedBytesStore``:
+``getActualFrom`` raises the lower time bound of every fetch and ``all``, and ``get`` answers null for an
+expired key). Session stores do the same by session end.
 """
 
 from __future__ import annotations
@@ -47,6 +53,28 @@ class WindowedLayeredStore(LayeredStore):
         # unflushed. The stream thread's own keyed scans read these few back instead of copying every
         # layer's pending writes (see owned_scan).
         self._written: dict[bytes, set[bytes]] = {}
+        self._written_time = -1  # the highest segment time written through this store (cached writes included)
+        self._retention: int = inner.retention_ms  # type: ignore[attr-defined]
+
+    @property
+    def retention_ms(self) -> int:
+        """How long the store keeps a window (by window start; sessions: by end) behind its observed time."""
+        return self._retention
+
+    @property
+    def observed_time(self) -> int:
+        """The highest window start (sessions: end) written to or restored into the store; -1: none yet. Not
+        persisted: after a restart it is learned again from the restore and the writes that follow (Kafka
+        Streams' segmented stores do the same)."""
+        return max(self._written_time, self.inner.observed_time)  # type: ignore[attr-defined]
+
+    def expiry_floor(self) -> int:
+        """The earliest window start (sessions: end) that reads still return: ``observed time - retention + 1``
+        (Kafka Streams' ``getActualFrom``); older windows are expired even while their segment still exists."""
+        observed = self.inner.observed_time  # type: ignore[attr-defined]  # what the restore brought
+        if self._written_time > observed:
+            observed = self._written_time
+        return 0 if observed < 0 else observed - self._retention + 1
 
     def _windowed(self, raw: bytes) -> Windowed:
         """The record key and window of a bytes key."""
@@ -125,6 +153,8 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
         seq = 0
         if self.retain_duplicates:
             self._seq = seq = (self._seq + 1) & 0x7FFFFFFF
+        if window_start > self._written_time:
+            self._written_time = window_start
         store_key = raw + _START_SEQ.pack(window_start, seq)
         self._track(raw, store_key)
         self._store.put(store_key, None if value is None else _LONG.pack(timestamp) + self._vser(value), timestamp,
@@ -132,13 +162,15 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
 
     # -- reads ----------------------------------------------------------------------------------------------------
     def fetch_with_timestamp(self, key: Any, window_start: int) -> ValueAndTimestamp | None:
+        if window_start < self.expiry_floor():
+            return None
         data = self._store.get(self._key(key) + _START_SEQ.pack(window_start, 0))
         return None if data is None else ValueAndTimestamp(self._vde(data[8:]), _LONG.unpack_from(data)[0])
 
     def fetch(self, key: Any, time_from: int, time_to: int | None = None) -> Any:
         """``fetch(key, window_start)``: the value of one window (or None). ``fetch(key, time_from,
         time_to)``: ``(window_start, value)`` for the key's windows starting in ``[time_from, time_to]``,
-        earliest first."""
+        earliest first. Expired windows are never returned (see the module doc)."""
         if time_to is None:
             found = self.fetch_with_timestamp(key, time_from)
             return None if found is None else found.value
@@ -150,6 +182,9 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
         ``owner=True``: called by the stream thread that owns the store (the DSL's operators), which may
         take the cheaper :meth:`owned_scan`; other threads must not."""
         raw = self._key(key)
+        time_from = max(time_from, self.expiry_floor())
+        if time_to < time_from:
+            return
         size = len(raw) + _SUFFIX
         lo = raw + _START_SEQ.pack(max(time_from, 0), 0)
         hi = raw + _START_SEQ.pack(min(time_to, _MAX_TIME), 0x7FFFFFFF)
@@ -175,6 +210,9 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
 
     def _scan(self, lo_key: bytes | None, hi_key: bytes | None, time_from: int, time_to: int
               ) -> Iterator[tuple[Windowed, Any]]:
+        time_from = max(time_from, self.expiry_floor())
+        if time_to < time_from:
+            return
         lo = None if lo_key is None else lo_key + _START_SEQ.pack(max(time_from, 0), 0)
         hi = None if hi_key is None else hi_key + _START_SEQ.pack(min(time_to, _MAX_TIME), 0x7FFFFFFF)
         windowed, value = self._windowed, self._value_of

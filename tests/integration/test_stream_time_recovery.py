@@ -105,3 +105,41 @@ def test_a_late_record_first_after_a_sigkill_is_dropped_not_counted(bootstrap: s
     assert "goes on from stream time" in log.read_text()
     stored = read_topic(bootstrap, stream_time_topic(unique_name, 0), String, String, PARTITIONS)
     assert {r.key for r in stored} == {"0_0", "0_1"}, "each task kept its stream time in the stream-time topic"
+
+
+def test_the_counts_own_time_survives_a_sigkill_at_the_window_boundary(bootstrap: str, unique_name: str,
+                                                                       tmp_path: Path) -> None:
+    """Per key: 1000 and 2500 close [1000, 2000) exactly (2500 - grace 500), and a record at 50 s that a filter
+    removes moves the task's time but not the count's. After a SIGKILL, 1999 is late and 2000 is on time: the
+    restarted count goes on from its own committed time (not the task's 50 s, which would drop 2000 too, nor a
+    time derived anew, which would reopen [1000, 2000) for 1999)."""
+    inputs, output, late = [f"{unique_name}-in"], f"{unique_name}-out", f"{unique_name}-late"
+    create_topics(bootstrap, {inputs[0]: PARTITIONS, output: PARTITIONS, late: PARTITIONS})
+    ends: dict[str, dict[int, int]] = {inputs[0]: {}}
+    produce_all(bootstrap, inputs, [GeneratedRecord(key, value, ts) for ts, value in
+                                    ((1_000, "v"), (2_500, "v"), (50_000, "skip")) for key in KEYS], ends)
+    state_dir, log = tmp_path / "state", tmp_path / "worker.log"
+    first = start_worker(bootstrap, unique_name, inputs, output, late, state_dir, log)
+    try:
+        wait_committed(bootstrap, unique_name, ends, first, log)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        assert first.wait(10) == -signal.SIGKILL
+
+    produce_all(bootstrap, inputs, [GeneratedRecord(key, "v", ts) for ts in (1_999, 2_000) for key in KEYS], ends)
+    second = start_worker(bootstrap, unique_name, inputs, output, late, state_dir, log)
+    try:
+        wait_committed(bootstrap, unique_name, ends, second, log)
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(60) == 0, log.read_text()[-3000:]
+    finally:
+        if second.poll() is None:
+            second.kill()
+
+    dropped = read_topic(bootstrap, late, String, String, PARTITIONS)
+    assert sorted((r.key, r.timestamp) for r in dropped) == [(key, 1_999) for key in KEYS]
+    counts = {(r.key.key, r.key.window.start, r.value) for r in read_topic(bootstrap, output, WINDOWED, Long,
+                                                                             PARTITIONS)}
+    assert counts == {(key, start, 1) for key in KEYS for start in (1_000, 2_000)} | \
+        {(key, 2_000, 2) for key in KEYS}, "each key: [1000, 2000) counted once, [2000, 3000) twice"
+    assert "node times {'wcounts': 2500}" in log.read_text()

@@ -26,7 +26,8 @@ class _Task:
     stream_time_topic: str | None = None
     times: dict[tuple[str, int], int] = field(default_factory=dict)
 
-    def initialize_stream_time(self, times: dict[tuple[str, int], int], committed: dict[tuple[str, int], int]) -> None:
+    def initialize_stream_time(self, times: dict[tuple[str, int], int], committed: dict[tuple[str, int], int],
+                               observed: dict[str, int]) -> None:
         self.times = times
 
 

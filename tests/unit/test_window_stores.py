@@ -63,7 +63,8 @@ def test_segments_are_dropped_as_stream_time_passes_retention(tmp_path: Path) ->
     store.flush()
     assert store.inner.segment_ids == [7, 8, 9]  # 60 s segments; retention 120 s behind 540 s
     assert sorted(os.listdir(tmp_path / "w")) == ["w.420000", "w.480000", "w.540000"]
-    assert [start for start, _ in store.fetch("k", 0, 10**9)] == [420_000, 480_000, 540_000]
+    # the segment of 420 s still exists, but its window is expired: 420 s < 540 s - 120 s + 1 (getActualFrom)
+    assert [start for start, _ in store.fetch("k", 0, 10**9)] == [480_000, 540_000]
     store.put_with_timestamp("k", 99, 0, 0)  # a write into a dropped segment is skipped
     assert store.fetch("k", 0) is None and store.inner.expired_writes == 1
     store.close()

@@ -148,7 +148,7 @@ def test_windowed_keys_are_written_in_kafkas_format_without_naming_a_serde() -> 
 def test_reduce_and_aggregate_per_window() -> None:
     builder = StreamsBuilder()
     grouped = builder.stream("in", key_serde=String, value_serde=Long).group_by_key()
-    windowed = grouped.windowed_by(TimeWindows.of(10))
+    windowed = grouped.windowed_by(TimeWindows.of(10, grace=10))  # retention 20: window [0, 10) still readable
     windowed.reduce(lambda a, b: a + b, Materialized.as_("sums"))
     windowed.aggregate(list, lambda k, v, agg: [*agg, v], Materialized.as_("lists").with_value_serde(Serdes.Json()))
     with TopologyTestDriver(builder.build()) as driver:
@@ -159,14 +159,23 @@ def test_reduce_and_aggregate_per_window() -> None:
         assert driver.get_state_store("lists").fetch("a", 0) == [5, 7]
 
 
-def session_oracle(data: list[tuple[str, int]], gap: int, grace: int) -> tuple[dict[tuple[str, int, int], int], int]:
-    """Sessions per key as Kafka Streams builds them, record by record."""
+def session_oracle(data: list[tuple[str, int]], gap: int, grace: int
+                   ) -> tuple[dict[tuple[str, int, int], int], dict[tuple[str, int, int], int], int]:
+    """Sessions per key as Kafka Streams builds them, record by record: every session emitted and not retracted,
+    the sessions the store still returns, and the drops.
+
+    KStreamSessionWindowAggregate: the aggregation's observed time closes a session at ``end < time - grace -
+    gap``; ``findSessions(key, t - gap, t + gap)`` reads the session store, which returns no session that ends
+    before the store's own observed time (its highest session end written) ``- retention + 1``, retention being
+    ``gap + grace`` (AbstractRocksDBSegmentedBytesStore.getActualFrom)."""
     sessions: dict[str, list[list[int]]] = defaultdict(list)  # key -> [start, end, count]
-    stream_time, drops = -1, 0
+    stream_time, store_time, drops = -1, -1, 0
+    retention = gap + grace
     for key, ts in data:
         stream_time = max(stream_time, ts)
         close = stream_time - grace - gap
-        touching = [s for s in sessions[key] if s[1] >= ts - gap and s[0] <= ts + gap]
+        floor = store_time - retention + 1
+        touching = [s for s in sessions[key] if s[1] >= max(ts - gap, floor) and s[0] <= ts + gap]
         start = min([ts] + [s[0] for s in touching])
         end = max([ts] + [s[1] for s in touching])
         if end < close:
@@ -175,7 +184,10 @@ def session_oracle(data: list[tuple[str, int]], gap: int, grace: int) -> tuple[d
         for s in touching:
             sessions[key].remove(s)
         sessions[key].append([start, end, sum(s[2] for s in touching) + 1])
-    return {(key, s[0], s[1]): s[2] for key, found in sessions.items() for s in found}, drops
+        store_time = max(store_time, end)
+    emitted = {(key, s[0], s[1]): s[2] for key, found in sessions.items() for s in found}
+    kept = {window: count for window, count in emitted.items() if window[2] >= store_time - retention + 1}
+    return emitted, kept, drops
 
 
 @CACHING
@@ -184,7 +196,7 @@ def test_sessions_match_the_oracle_and_retract_merged_sessions(caching: bool) ->
     data = [(f"k{rng.randrange(4)}", max(0, 1000 + n * 3 - (rng.randint(0, 60) if rng.random() < 0.2 else 0)))
             for n in range(2000)]
     gap, grace = 8, 20
-    expected, drops = session_oracle(data, gap, grace)
+    expected, kept, drops = session_oracle(data, gap, grace)
     builder = StreamsBuilder()
     (builder.stream("in", key_serde=String, value_serde=String).group_by_key()
      .windowed_by(SessionWindows.with_inactivity_gap(gap, grace=grace)).count(materialized(caching))
@@ -204,13 +216,13 @@ def test_sessions_match_the_oracle_and_retract_merged_sessions(caching: bool) ->
         assert table == expected
         assert driver.metrics()["dropped_records"] == drops > 0
         store = driver.get_state_store("agg")
-        assert {(w.key, w.window.start, w.window.end): c for w, c in store.all()} == expected
+        assert {(w.key, w.window.start, w.window.end): c for w, c in store.all()} == kept != expected
 
 
 def test_a_bridging_record_merges_two_sessions_and_retracts_both() -> None:
     builder = StreamsBuilder()
     (builder.stream("in", key_serde=String, value_serde=Long).group_by_key()
-     .windowed_by(SessionWindows.with_inactivity_gap(10))
+     .windowed_by(SessionWindows.with_inactivity_gap(10, grace=20))  # [100, 100] still open when 110 comes
      .aggregate(lambda: 0, lambda k, v, agg: agg + v, lambda k, a, b: a + b,
                 materialized(False).with_value_serde(Long))
      .to_stream().to("out", value_serde=Long))
