@@ -26,6 +26,7 @@ from streaming.errors import (
     InvalidStateStoreError,
     ProcessingError,
     ProductionError,
+    StateDirectoryLockedError,
     StreamsError,
     TopologyError,
     UnknownStateStoreError,
@@ -49,7 +50,7 @@ __all__ = [
     "BranchedKStream", "ConfigError", "DeserializationError", "ErrorContext", "FieldTimestampExtractor", "GlobalKTable",
     "InvalidStateStoreError", "KGroupedStream", "KGroupedTable", "KStream", "KTable", "KafkaStreams",
     "KeyQueryMetadata", "KeyValueStore", "Materialized", "ProcessingError", "ProductionError",
-    "RecordTimestampExtractor", "Serde", "Serdes", "Stores", "StreamsBuilder",
+    "RecordTimestampExtractor", "Serde", "Serdes", "StateDirectoryLockedError", "Stores", "StreamsBuilder",
     "StreamsConfig", "StreamsError", "Topology", "TopologyError", "UnknownStateStoreError",
     "WallclockTimestampExtractor",
     # windows, suppression

@@ -65,3 +65,8 @@ class InvalidStateStoreError(StreamsError):
 class UnknownStateStoreError(StreamsError):
     """No state store of that name exists in the topology (the message lists the known stores).
     Not retriable, unlike :class:`InvalidStateStoreError`."""
+
+
+class StateDirectoryLockedError(StreamsError):
+    """Another process (or another instance in this process) holds the lock of the state directory
+    ``<state.dir>/<application.id>``: each running instance of an app needs a ``state.dir`` of its own."""

@@ -66,6 +66,8 @@ class StoreChangelogReader:
         self._snapshots = snapshots or NoSnapshots()
         self._restoring: dict[TP, _Restoring] = {}
         self._pending_tasks: dict[str, set[TP]] = {}
+        # Of a task still restoring other stores: where its completed stores ended (for its checkpoint).
+        self._completed: dict[str, dict[TP, int]] = {}
         self._last_log = 0.0
         self.restored: dict[tuple[str, str, int], int] = {}  # (store, topic, partition) -> records applied
 
@@ -90,9 +92,10 @@ class StoreChangelogReader:
         self._consumer.incremental_assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
 
     def unregister(self, task_id: str) -> dict[TP, int]:
-        """Stop restoring or tailing a task; returns the changelog positions its stores reached."""
+        """Stop restoring or tailing a task; returns the changelog positions its stores reached (those that
+        completed their restore already included): what a checkpoint of the task may claim."""
         tps = self._pending_tasks.pop(task_id, set())
-        positions = {}
+        positions = self._completed.pop(task_id, {})
         for tp in tps:
             state = self._restoring.pop(tp, None)
             if state is not None:
@@ -234,7 +237,9 @@ class StoreChangelogReader:
             pending.discard(tp)
             if not pending:
                 del self._pending_tasks[state.task.id]
+                self._completed.pop(state.task.id, None)
                 return state.task
+            self._completed.setdefault(state.task.id, {})[tp] = max(state.position, end_offset)
         return None
 
     def progress(self) -> list[RestoreSample]:

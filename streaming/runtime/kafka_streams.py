@@ -26,6 +26,7 @@ from streaming.metrics.collector import InstanceSample, StreamsCollector
 from streaming.metrics.endpoint import MetricsEndpoint
 from streaming.runtime.changelog_reader import StateRestoreListener
 from streaming.runtime.cluster import cluster_metadata
+from streaming.runtime.directory_lock import DirectoryLock
 from streaming.runtime.error_handlers import merge_metrics, uses_dead_letters
 from streaming.runtime.global_stream_thread import GlobalStreamThread
 from streaming.runtime.http_server import InteractiveQueryServer, key_to_text
@@ -39,7 +40,12 @@ from streaming.runtime.interactive_queries import (
 from streaming.runtime.internal_topics import create_internal_topics
 from streaming.runtime.remote_queries import RemoteQueries, RemoteQueryError
 from streaming.runtime.snapshots import snapshot_source
-from streaming.runtime.state_directory import StateDirectory, application_dir, remove_path
+from streaming.runtime.state_directory import (
+    StateDirectory,
+    clear_application_dir,
+    has_persistent_stores,
+    lock_application_dir,
+)
 from streaming.runtime.stream_thread import StreamThread
 from streaming.serdes import Serde
 from streaming.topology.topology import Topology
@@ -139,11 +145,21 @@ class KafkaStreams:
         return next((t.exception for t in threads if t.exception is not None), None)
 
     # -- life cycle -----------------------------------------------------------------------------------------
+    # The lock of state.dir/<application.id> while this instance may open its stores (start() to close()).
+    _state_dir_lock: DirectoryLock | None = None
+
     def start(self) -> None:
-        """Check topics, then start the stream threads (non-blocking)."""
+        """Lock the state directory, check topics, then start the stream threads (non-blocking).
+
+        A topology with persistent stores locks ``state.dir/<application.id>`` first: while another process, or
+        another instance in this process, holds it, ``start()`` raises :class:`StateDirectoryLockedError` (one
+        line naming the directory, the holder's pid and the fix) before anything is opened. Kafka Streams
+        refuses a second instance on one state directory in the same way, in one JVM too."""
         if self._state is not State.CREATED:
             raise StreamsError(f"start() called in state {self._state.value}; a KafkaStreams starts once")
         try:
+            if has_persistent_stores(self.topology):
+                self._state_dir_lock = lock_application_dir(self.config["state.dir"], self.config.application_id)
             counts = self.check_topics()
             counts.update(create_internal_topics(self.topology, self.config.application_id,
                                                  self.config.admin_config(), counts,
@@ -175,10 +191,18 @@ class KafkaStreams:
         for thread in self._threads:
             thread.discard()
         self._threads = []
+        self._release_state_dir()
         self._set_state(State.NOT_RUNNING)
 
+    def _release_state_dir(self) -> None:
+        """Give the state directory up: nothing of this instance touches it any more."""
+        if self._state_dir_lock is not None:
+            self._state_dir_lock.release()
+            self._state_dir_lock = None
+
     def close(self, timeout: float | None = None) -> bool:
-        """Stop processing: commit, close tasks and leave the group. True if done within ``timeout`` s."""
+        """Stop processing: commit, close tasks and leave the group, then release the state directory. True if
+        done within ``timeout`` s (if not, the directory stays locked: a stream thread may still write in it)."""
         if self._state is State.CREATED:
             self._set_state(State.NOT_RUNNING)
             return True
@@ -194,6 +218,7 @@ class KafkaStreams:
         self._stop_interactive_queries()
         self._stop_metrics_endpoint()
         if done:
+            self._release_state_dir()
             if self._state is State.ERROR:
                 with self._lock:
                     self._state = State.NOT_RUNNING
@@ -209,11 +234,20 @@ class KafkaStreams:
         return not any(t.is_alive() for t in self._threads)
 
     def cleanup(self) -> None:
-        """Delete this application's local state directory (only when not running)."""
+        """Delete this application's local state: everything in ``state.dir/<application.id>`` but its lock file
+        (only when not running). Raises :class:`StateDirectoryLockedError` while another process, or another
+        instance in this process, holds the directory: its stores are in use."""
         if self._state not in (State.CREATED, State.NOT_RUNNING, State.ERROR):
             raise StreamsError(f"cleanup() needs a stopped client, state is {self._state.value}")
-        state_dir = self.config["state.dir"]
-        remove_path(application_dir(state_dir, self.config.application_id), inside=state_dir)
+        if any(thread.is_alive() for thread in self._threads):
+            raise StreamsError("cleanup() needs stopped stream threads: call close() first")
+        own = self._state_dir_lock  # a failed instance holds it until close()
+        lock = own or lock_application_dir(self.config["state.dir"], self.config.application_id)
+        try:
+            clear_application_dir(lock)
+        finally:
+            if lock is not own:
+                lock.release()
 
     def metrics(self) -> dict[str, Any]:
         """Counters of the stream threads: records processed, commits, rebalances, tasks, records the DSL

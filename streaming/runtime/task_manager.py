@@ -316,6 +316,8 @@ class TaskManager:
             if opened:
                 task.state.write_checkpoint(positions)
                 self._directory.unlock(task.id, self)
+                log.info("task %s closed while restoring; its checkpoint covers its changelogs up to %s", task.id,
+                         positions)
 
     def close_suspended(self) -> None:
         """Close cleanly the suspended tasks (the rebalance ended without giving them back)."""
@@ -333,8 +335,17 @@ class TaskManager:
         log.info("closed suspended task %s; its checkpoint covers its changelogs up to %s", task.id, ends)
 
     def shutdown(self) -> None:
-        """Close every task cleanly (the worker is stopping)."""
-        self._close_clean(list(self.tasks.values()))
+        """Close every task cleanly (the worker is stopping): the running ones committed and checkpointed at
+        their changelogs' ends, the ones still restoring checkpointed where their restore got to, so the next
+        start on this machine restores only the rest (Kafka Streams' ``TaskManager.shutdown(clean)`` calls
+        ``postCommit(true)`` on every active task, and a RESTORING task writes its checkpoint there).
+
+        Under exactly-once too: a restoring task has processed nothing, so its stores hold changelog records
+        only, read with ``read_committed`` (committed data; the open transaction holds none of its writes), and
+        the offsets it restored to vouch for them whatever becomes of the thread's last transaction."""
+        tasks = list(self.tasks.values())
+        self._close_restoring([task for task in tasks if not task.initialized])
+        self._close_clean([task for task in tasks if task.initialized])
         self.close_suspended()
 
     def _close_clean(self, tasks: list[StreamTask]) -> None:

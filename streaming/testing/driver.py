@@ -19,6 +19,7 @@ from streaming.runtime.context import to_millis
 from streaming.runtime.dead_letters import DeadLetterWriter
 from streaming.runtime.error_handlers import configured_handlers
 from streaming.runtime.global_state import GlobalStateManager
+from streaming.runtime.state_directory import has_persistent_stores, lock_application_dir
 from streaming.runtime.task import StreamTask
 from streaming.serdes import Serde
 from streaming.state.api import KeyValueStore, StateStore, TimestampedKeyValueStore
@@ -87,6 +88,9 @@ class TopologyTestDriver:
     processes what those flushes wrote to such topics, committing again until nothing is left.
     Records piped into a global table's topic update its global store directly.
     Wall-clock time is simulated: it moves only with :meth:`advance_wall_clock_time`.
+    State lives in a temporary directory unless ``state.dir`` is given; with persistent stores the driver
+    holds the lock of ``state.dir/<application.id>`` until :meth:`close`, as a worker does, so a driver
+    pointed at a running worker's state directory is refused (:class:`StateDirectoryLockedError`).
     """
 
     def __init__(self, topology: Topology, config: dict[str, Any] | None = None,
@@ -110,6 +114,9 @@ class TopologyTestDriver:
         budget = cache_budget(self.config["statestore.cache.max.bytes"])
         self._global = GlobalStateManager(topology, self.config)
         self._global_topics = set(self._global.topics)
+        # As a worker: a state.dir another process (or driver) uses is refused before anything is opened.
+        self._state_dir_lock = lock_application_dir(self.config["state.dir"], self.config.application_id) \
+            if has_persistent_stores(topology) else None
         try:
             self._global.open(use_checkpoint=False)
             topology = topology.with_global_state_stores(self._global.views)
@@ -275,6 +282,9 @@ class TopologyTestDriver:
             task.close()
         self._tasks.clear()
         self._global.close()
+        if self._state_dir_lock is not None:
+            self._state_dir_lock.release()
+            self._state_dir_lock = None
         if self._state_dir is not None:
             shutil.rmtree(self._state_dir, ignore_errors=True)
             self._state_dir = None

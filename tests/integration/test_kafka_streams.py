@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 
 import pytest
 
@@ -170,7 +171,8 @@ class ReleasingProcessor:
         self.context.forward(Record(f"closed-{self.context.task_id}", -1, 0))
 
 
-def test_close_and_revoke_flush_caches_before_closing_processors(bootstrap: str, unique_name: str) -> None:
+def test_close_and_revoke_flush_caches_before_closing_processors(bootstrap: str, unique_name: str,
+                                                                tmp_path: Path) -> None:
     """Issue 6, item 1: cached aggregation results reach a user processor before its close(), on a plain
     close() and when a second instance joins (revocation); what close() forwards is written out."""
     source, sink = f"{unique_name}-in", f"{unique_name}-out"
@@ -184,11 +186,11 @@ def test_close_and_revoke_flush_caches_before_closing_processors(bootstrap: str,
     ends = produce(bootstrap, source, records, Serdes.String(), Serdes.Json())
     config = streams_config(bootstrap, unique_name, **{"commit.interval.ms": 600_000})  # only close/revoke commit
 
-    a = KafkaStreams(topology, config)
+    a = KafkaStreams(topology, {**config, "state.dir": str(tmp_path / "a")})  # one state.dir per instance
     a.start()
     try:
         wait_for(lambda: a.metrics()["records_processed"] == len(records), 60, "A to consume every record")
-        b = KafkaStreams(topology, config)
+        b = KafkaStreams(topology, {**config, "state.dir": str(tmp_path / "b")})
         b.start()  # A's tasks are revoked: flushed and committed, then closed
         try:
             wait_for(lambda: a.metrics()["tasks"] and b.metrics()["tasks"]
