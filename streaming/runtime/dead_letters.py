@@ -14,20 +14,29 @@ input's headers plus these (values UTF-8 text):
 ``brook.error.source.*``        ``.source.timestamp`` (epoch ms) — absent when there was no input record
 ``brook.error.task``            the task id (``<subtopology>_<partition>``)
 ``brook.error.application.id``  the application
-``brook.error.record``          ``input`` (key/value are the input record's bytes) or ``output``
+``brook.error.record``          ``input`` (key/value are the input record's bytes), ``output`` (the
+                                serialized output's) or ``none`` (no key or value: see below)
 ``brook.error.output.topic``    production errors: the output topic, and ``.output.partition`` (-1: the
 ``brook.error.output.*``        partitioner's choice)
 ==============================  ============================================================================
 
 A production error raised while an input record is processed (the producer refuses the output at send
 time, e.g. larger than ``producer.message.max.bytes``) keeps the input record (``record=input``). One
-without an input record — the output of a cache flush or a punctuator, or a failure the broker reports
-after the input was processed (e.g. the topic's ``max.message.bytes``) — keeps the serialized OUTPUT key
-and value (``record=output``) and no ``source.*`` headers (the delivery report no longer knows the input).
+reported by the broker after the input was processed (e.g. the topic's ``max.message.bytes``), and one of
+an output a cache flush or a punctuator wrote, keep the serialized OUTPUT key and value (``record=output``):
+the ``source.*`` headers still name the input record the output came from (for a cache flush: the one
+that last wrote the cached entry), and are absent for a punctuator's outputs (no input record).
+
+A processing error of a record a cache flush or a punctuator forwarded has no input record's bytes to keep
+(Kafka Streams' cache entries keep none either): its dead letter has no key and no value
+(``record=none``); its ``source.*`` headers name the input record that last wrote the cached entry, and
+are absent for a punctuator's records. The entry itself is in the store (the flush wrote it before
+forwarding it).
 
 ``brook dlq replay APP`` puts dead letters back: an ``input`` dead letter into its source topic and
 partition, an ``output`` one into its output topic, with the original headers (``brook.error.*``
-removed) and timestamp.
+removed) and timestamp. A ``none`` dead letter is not replayable (re-injecting the input record it names
+would count it twice in the aggregate that already holds it).
 """
 
 from __future__ import annotations
@@ -76,7 +85,7 @@ def dead_letter(application_id: str, context: ErrorContext, error: BaseException
     if context.stage == PRODUCTION:
         text.update({OUTPUT_TOPIC: context.output_topic, OUTPUT_PARTITION: context.output_partition})
     has_input = context.has_input
-    text[RECORD] = "input" if has_input else "output"
+    text[RECORD] = record_kind(context)
     headers = [(k, v) for k, v in context.headers if not k.startswith(PREFIX)] if has_input else []
     headers += [(k, str(v).encode()) for k, v in text.items() if v is not None]
     timestamp = context.timestamp if context.timestamp is not None and context.timestamp >= 0 \
@@ -84,6 +93,13 @@ def dead_letter(application_id: str, context: ErrorContext, error: BaseException
     if has_input:
         return context.key, context.value, timestamp, headers
     return context.output_key, context.output_value, timestamp, headers
+
+
+def record_kind(context: ErrorContext) -> str:
+    """What a dead letter's key and value are: ``input``, ``output`` or ``none`` (see the module doc)."""
+    if context.has_input:
+        return "input"
+    return "output" if context.stage == PRODUCTION else "none"
 
 
 class DeadLetterWriter:
