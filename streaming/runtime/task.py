@@ -113,6 +113,7 @@ class StreamTask:
         self._collector = collector
         self._topology = topology
         self._processors: list[tuple[str, Any]] = []
+        self.sink_topics = {node.topic for node in subtopology.nodes if isinstance(node, SinkNodeDef)}
         self._emits: dict[str, Emit] = {}
         self._sources: dict[str, _Source] = {}
         self.group: PartitionGroup | None = None
@@ -234,6 +235,7 @@ class StreamTask:
         topic = node.topic
         partitioner = node.partitioner
         collector = self._collector
+        task_id = self.id
 
         def emit(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             try:
@@ -247,11 +249,11 @@ class StreamTask:
                 if chosen is not None:
                     partition = chosen
             try:
-                send(topic, key_bytes, value_bytes, timestamp, headers, partition)
+                send(topic, key_bytes, value_bytes, timestamp, headers, partition, self.current, task_id)
             except ProductionError as exc:  # the producer refused the record (e.g. larger than message.max.bytes)
                 self._errors.handle(ErrorContext.of_message(
-                    PRODUCTION, self.id, self.current, output_topic=topic, output_partition=partition,
-                    output_key=key_bytes, output_value=value_bytes), exc)
+                    PRODUCTION, self.id, self.current, self.current_timestamp, output_topic=topic,
+                    output_partition=partition, output_key=key_bytes, output_value=value_bytes), exc)
         return emit
 
     def _sink_error(self, node: SinkNodeDef, key: Any, value: Any, exc: Exception) -> StreamsError:
@@ -590,6 +592,17 @@ class StreamTask:
                 queue.processed_time = max(queue.processed_time, ts)
             self.stream_time = max(self.stream_time, ts)
         self._written_times = self.partition_times()
+
+    def uncommitted_inputs(self) -> str:
+        """The input records processed since the last commit, per partition (what a failed delivery names: its
+        record is the output of one of them); "" if none."""
+        spans = []
+        for tp, end in self.consumed.items():
+            start = self._committed.get(tp)
+            if start != end:
+                offsets = f"offsets {start}-{end - 1}" if start is not None else f"offsets up to {end - 1}"
+                spans.append(f"topic {tp[0]!r} partition {tp[1]} {offsets}")
+        return f"task {self.id}: {', '.join(spans)}" if spans else ""
 
     def offset_metadata(self, tp: TopicPartition) -> str:
         """The metadata committed with ``tp``'s offset: its partition time (as Kafka Streams encodes it)."""
