@@ -1,6 +1,8 @@
 """Production errors name the input record (issue 16, item 7), through the test driver: a record the producer refuses
 (``producer.message.max.bytes``) under each handler — the error, the handler's context and the dead letter name
 the source topic, partition and offset and the output topic — against a model of Kafka Streams' rule written here.
+And, through the record collector, a record the broker rejects after it was sent names the input records it may be
+the output of (a delivery report knows only the output; see streaming.runtime.record_collector).
 
 The model (Kafka Streams' source, KIP-1033): the sink hands the record collector the task's record context with
 each send (``SinkNode.process``), and ``production.exception.handler`` gets it (``RecordCollectorImpl``): the input
@@ -15,11 +17,16 @@ import logging
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, Message
 
 from streaming import ErrorContext, ProductionError, Serdes, StreamsBuilder
 from streaming.naming import dead_letter_topic
 from streaming.processor import Processor, ProcessorContext, PunctuationType, Record
-from streaming.runtime.dead_letters import error_headers, original_headers
+from streaming.runtime import streams_producer
+from streaming.runtime.dead_letters import DeadLetterWriter, error_headers, original_headers
+from streaming.runtime.error_handlers import DESERIALIZATION, PROCESSING, PRODUCTION, RecordErrorHandlers
+from streaming.runtime.record_collector import KafkaRecordCollector
+from streaming.runtime.streams_producer import AtLeastOnceProducer
 from streaming.testing import TopologyTestDriver
 
 APP = "production-errors"
@@ -164,3 +171,72 @@ def test_a_punctuators_output_has_no_input_record() -> None:
         assert (letter.key, letter.timestamp, error["record"], error["output.topic"]) == (None, 10, "none", "out")
         assert not any(key.startswith("source.") for key in error)
         assert "output of" not in error["message"]
+
+
+# -- records that fail after they were sent (a delivery report) ------------------------------------------------
+
+class RejectingProducer:
+    """confluent-kafka's ``Producer`` as the at-least-once producer uses it, before a broker that rejects every
+    record of topic "out" after it was sent (MSG_SIZE_TOO_LARGE in the delivery report), as Apache Kafka does
+    for a record over the topic's ``max.message.bytes``: the embedded broker rejects nothing (measured: 250 MB
+    records, a topic's max.message.bytes ignored), so only a stand-in reaches this path."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._report = config["on_delivery"]
+        self._in_flight: list[Message] = []
+        self.accepted: list[Message] = []
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1,
+                **kwargs: Any) -> None:
+        self._in_flight.append(Message(topic=topic, partition=max(partition, 0), key=key, value=value,
+                                       headers=kwargs.get("headers")))
+
+    def poll(self, timeout: float = 0) -> int:
+        served, self._in_flight = self._in_flight, []
+        for message in served:
+            if message.topic() == "out":
+                self._report(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), message)
+            else:
+                self.accepted.append(message)
+        return len(served)
+
+    def flush(self, timeout: float = 0) -> int:
+        self.poll()
+        return 0
+
+
+INPUTS_NAMED = " (output of a record processed since the last commit, none of them committed: task 0_0: topic 'in' " \
+               "partition 0 offsets 5-9)"
+
+
+def rejecting_collector(monkeypatch: pytest.MonkeyPatch, handler: str) -> KafkaRecordCollector:
+    monkeypatch.setattr(streams_producer, "Producer", RejectingProducer)
+    collector = KafkaRecordCollector(lambda on_error: AtLeastOnceProducer({}, None, on_error), None,
+                                     always_fail=lambda topic: topic == DLQ)
+    collector.errors = RecordErrorHandlers({DESERIALIZATION: "fail", PROCESSING: "fail", PRODUCTION: handler},
+                                           DeadLetterWriter(APP, DLQ, collector.send))
+    collector.name_inputs(lambda topic: INPUTS_NAMED if topic == "out" else "")
+    return collector
+
+
+def test_a_record_the_broker_rejects_after_it_was_sent_names_the_inputs_it_may_come_from(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    collector = rejecting_collector(monkeypatch, "fail")
+    collector.send("out", b"k", b"v", 1_000, None)
+    with pytest.raises(ProductionError) as raised:
+        collector.flush()
+    assert str(raised.value) == f"1 records failed to reach Kafka; first: topic 'out' partition 0: " \
+                                f"{KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)}{INPUTS_NAMED}"
+
+
+def test_its_dead_letter_keeps_the_output_and_names_the_inputs_it_may_come_from(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    collector = rejecting_collector(monkeypatch, "dead_letter")
+    collector.send("out", b"k", b"v", 1_000, [("trace", b"t")])
+    collector.flush()
+    [letter] = collector.producer.producer.accepted
+    error = error_headers(letter.headers())
+    assert (letter.topic(), letter.key(), letter.value()) == (DLQ, b"k", b"v")
+    assert (error["stage"], error["record"], error["output.topic"]) == ("production", "output", "out")
+    assert error["message"].endswith(INPUTS_NAMED)
+    assert collector.errors.metrics()["dead_letter_records"] == 1
