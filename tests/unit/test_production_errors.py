@@ -145,6 +145,26 @@ def test_an_output_a_cache_flush_sends_names_the_input_record_that_last_wrote_it
         assert driver.metrics()["dead_letter_records"] == 2
 
 
+def test_a_refused_record_too_large_for_a_dead_letter_leaves_one_without_its_bytes() -> None:
+    """The issue's case: a record passed through as it is, too large to send, is too large to dead-letter with
+    its bytes too; the dead letter keeps only where it is (before, the dead-letter write failed and stopped the
+    app under dead_letter)."""
+    builder = StreamsBuilder()
+    builder.stream("in", key_serde=Serdes.String(), value_serde=Serdes.String()).to("out")
+    with TopologyTestDriver(builder.build(), config("dead_letter")) as driver:
+        out = driver.create_output_topic("out", Serdes.String(), Serdes.String())
+        dlq = driver.create_output_topic(DLQ, Serdes.Bytes(), Serdes.Bytes())
+        for offset, size in enumerate([10, 3 * LIMIT, 20]):
+            driver.pipe_raw("in", b"k", b"x" * size, 1_000 + offset, [("trace", b"t")])
+        assert [len(v) for v in out.read_values_to_list()] == [10, 20]
+        [letter] = dlq.read_records_to_list()
+        error = error_headers(letter.headers)
+        assert (letter.key, letter.value, letter.timestamp, original_headers(letter.headers)) == (None, None, 1_001, [])
+        assert (error["record"], error["source.topic"], error["source.offset"], error["output.topic"]) == \
+            ("none", "in", "1", "out")
+        assert named(1) in error["message"] and "did not fit producer.message.max.bytes" in error["message"]
+
+
 class BigTicker(Processor):
     """Its wall-clock punctuator forwards a record too large to send."""
 
