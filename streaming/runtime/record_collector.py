@@ -3,9 +3,9 @@
 A production error names the input record the output came from, as Kafka Streams hands
 ``production.exception.handler`` the record context of the send (KIP-1033; ``RecordCollectorImpl``):
 
-* a record the producer refuses at send time (e.g. larger than ``producer.message.max.bytes``): the sink passes
-  its input record to :meth:`~KafkaRecordCollector.send`, and the error names it exactly (topic, partition,
-  offset, task); the handler's context and the dead letter's ``source.*`` headers carry it (the task's sink);
+* a record the producer refuses at send time (e.g. larger than ``producer.message.max.bytes``): the task's sink
+  catches the :class:`ProductionError` of :meth:`~KafkaRecordCollector.send` and names its input record exactly
+  (topic, partition, offset, task) in it, in the handler's context and in the dead letter's ``source.*`` headers;
 * a record a delivery report says failed after it was sent (the broker rejected it, a timeout): the report
   knows only the output, so the error names the input records it may be the output of — those the tasks
   writing to its topic processed since their last commit, none of which is committed (``inputs_of``, set by
@@ -28,7 +28,6 @@ from confluent_kafka import KafkaError, Message
 from streaming.errors import ProductionError, TaskCorruptedError, TaskMigratedError
 from streaming.runtime.broker_waits import BROKER_WAITS
 from streaming.runtime.error_handlers import PRODUCTION, ErrorContext, fail_always
-from streaming.runtime.record_source import output_of
 from streaming.runtime.streams_producer import StreamsProducer
 from streaming.runtime.transactions import TransactionalProducer
 
@@ -49,10 +48,7 @@ _FLUSH_SLICE_S = 1.0  # a flush without a deadline waits in slices of this lengt
 
 class RecordCollector(Protocol):
     def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
-             partition: int = UNASSIGNED, source: Any = None, task_id: str | None = None) -> None:
-        """Send a record; ``source``: the input record it is the output of (a ``Message`` or a ``RecordSource``)
-        and ``task_id`` its task, which a refusal names (None: changelogs, dead letters, the stream-time topic,
-        a punctuator's outputs)."""
+             partition: int = UNASSIGNED) -> None: ...
 
     def partition_count(self, topic: str) -> int: ...
 
@@ -105,7 +101,7 @@ class KafkaRecordCollector:
             self.producer.inputs_of = inputs_of
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
-             partition: int = UNASSIGNED, source: Any = None, task_id: str | None = None) -> None:
+             partition: int = UNASSIGNED) -> None:
         # Keywords, not positions: confluent-kafka's produce() takes (topic, value, key, partition,
         # callback, on_delivery, timestamp, ...), so a sixth positional argument is NOT the timestamp.
         try:
@@ -114,15 +110,14 @@ class KafkaRecordCollector:
             else:
                 self._produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
         except BufferError:
-            self._send_when_room(topic, key, value, timestamp, headers, partition, source, task_id)
+            self._send_when_room(topic, key, value, timestamp, headers, partition)
         except (TaskMigratedError, TaskCorruptedError):  # exactly-once: the transaction failed, not this record
             raise
         except Exception as exc:
-            raise ProductionError(f"cannot send to topic {topic!r} (partition {partition}): {exc}"
-                                  f"{output_of(source, task_id)}") from exc
+            raise ProductionError(f"cannot send to topic {topic!r} (partition {partition}): {exc}") from exc
 
     def _send_when_room(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
-                        partition: int, source: Any, task_id: str | None) -> None:
+                        partition: int) -> None:
         """The producer's queue is full: serve delivery reports until there is room, then send the record."""
         started = time.monotonic()
         self.queue_full_stalls += 1
@@ -143,8 +138,7 @@ class KafkaRecordCollector:
         except (TaskMigratedError, TaskCorruptedError):  # exactly-once: the transaction failed, not this record
             raise
         except Exception as exc:
-            raise ProductionError(f"cannot send to topic {topic!r} (partition {partition}): {exc}"
-                                  f"{output_of(source, task_id)}") from exc
+            raise ProductionError(f"cannot send to topic {topic!r} (partition {partition}): {exc}") from exc
         finally:
             self.queue_full_seconds += time.monotonic() - started
 

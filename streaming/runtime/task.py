@@ -33,7 +33,7 @@ from streaming.runtime.error_handlers import (
 from streaming.runtime.partition_group import Buffered, PartitionGroup
 from streaming.runtime.punctuation import PunctuationQueue, PunctuationSchedule
 from streaming.runtime.record_collector import UNASSIGNED, RecordCollector
-from streaming.runtime.record_source import RecordSource
+from streaming.runtime.record_source import RecordSource, output_of
 from streaming.runtime.state_manager import ProcessorStateManager
 from streaming.runtime.stream_time import encode_offset_metadata, encode_record
 from streaming.state.bytes_store import StoreContext
@@ -235,7 +235,6 @@ class StreamTask:
         topic = node.topic
         partitioner = node.partitioner
         collector = self._collector
-        task_id = self.id
 
         def emit(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             try:
@@ -249,12 +248,22 @@ class StreamTask:
                 if chosen is not None:
                     partition = chosen
             try:
-                send(topic, key_bytes, value_bytes, timestamp, headers, partition, self.current, task_id)
+                send(topic, key_bytes, value_bytes, timestamp, headers, partition)
             except ProductionError as exc:  # the producer refused the record (e.g. larger than message.max.bytes)
                 self._errors.handle(ErrorContext.of_message(
                     PRODUCTION, self.id, self.current, self.current_timestamp, output_topic=topic,
-                    output_partition=partition, output_key=key_bytes, output_value=value_bytes), exc)
+                    output_partition=partition, output_key=key_bytes, output_value=value_bytes),
+                    self._refused(exc))
         return emit
+
+    def _refused(self, exc: ProductionError) -> ProductionError:
+        """A refusal of the producer, naming the input record the output came from, as Kafka Streams hands the
+        production handler the record context of the send (KIP-1033; ``SinkNode``, ``RecordCollectorImpl``)."""
+        if self.current is None:  # a punctuator's output: no input record
+            return exc
+        error = ProductionError(f"{exc}{output_of(self.current, self.id)}")
+        error.__cause__ = exc.__cause__  # what went wrong: the dead letter's brook.error.type
+        return error
 
     def _sink_error(self, node: SinkNodeDef, key: Any, value: Any, exc: Exception) -> StreamsError:
         key_serde = node.key_serde or self.config.default_key_serde

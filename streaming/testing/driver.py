@@ -19,7 +19,6 @@ from streaming.runtime.context import to_millis
 from streaming.runtime.dead_letters import DeadLetterWriter
 from streaming.runtime.error_handlers import configured_handlers
 from streaming.runtime.global_state import GlobalStateManager
-from streaming.runtime.record_source import output_of
 from streaming.runtime.task import StreamTask
 from streaming.serdes import Serde
 from streaming.state.api import KeyValueStore, StateStore, TimestampedKeyValueStore
@@ -60,14 +59,13 @@ class _DriverCollector:
         self._max_bytes = max_message_bytes
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
-             partition: int = -1, source: Any = None, task_id: str | None = None) -> None:
+             partition: int = -1) -> None:
         if self._max_bytes is not None:
             size = len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers or [])
             if size > self._max_bytes:
                 raise ProductionError(f"cannot send to topic {topic!r} (partition {partition}): KafkaError"
                                       f"{{code=MSG_SIZE_TOO_LARGE,val=10,str=\"Broker: Message size too large\"}} "
-                                      f"({size} bytes > producer.message.max.bytes={self._max_bytes})"
-                                      f"{output_of(source, task_id)}")
+                                      f"({size} bytes > producer.message.max.bytes={self._max_bytes})")
         record = TestRecord(key, value, timestamp, list(headers) if headers else [])
         self.outputs[topic].append(record)
         self.pending.append((topic, record))
