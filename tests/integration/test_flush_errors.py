@@ -2,7 +2,9 @@
 KafkaStreams (issue 16, item 6), against a model of Kafka Streams' rules written here.
 
 The app counts per key and 1 s window (a cached store, flushed at each 1 s commit, so an entry collects several
-writes between flushes) and labels each count (the label fails for keys starting with "bad"); beside it a
+writes between flushes; its cache holds ~6 entries, so the first window's entries are evicted — forwarded — while
+the second window's records are processed) and labels each count (the label fails for keys starting with "bad");
+beside it a
 Processor API batcher forwards what it read from a wall-clock punctuator, labelled the same way. The model
 (Kafka Streams' source, see tests/unit/test_errors_without_input.py): a flushed record fails in the context of
 the input record that last wrote its entry (LRUCacheEntry, CachingKeyValueStore.putAndMaybeForward,
@@ -119,7 +121,7 @@ def test_failed_flush_and_punctuator_records_are_dead_lettered_with_their_source
 
     app = KafkaStreams(topology(source, counted, batched), {
         "application.id": unique_name, "bootstrap.servers": bootstrap, "commit.interval.ms": 1_000,
-        "processing.exception.handler": "dead_letter"})
+        "statestore.cache.max.bytes": 900, "processing.exception.handler": "dead_letter"})
     app.start()
     try:
         wait_for(lambda: done() or app.state is State.ERROR, 90, "the final counts and dead letters")
@@ -130,7 +132,8 @@ def test_failed_flush_and_punctuator_records_are_dead_lettered_with_their_source
 
     # Model, count branch: each good (key, window) ends with its count in the output; each bad one's last flush
     # fails in the context of the input record that last wrote it (the done() condition), and every dead letter
-    # names an input record of its (key, window): a flush's record context is one of its writes.
+    # names an input record of its (key, window): a flush's (or an eviction's) record context is one of its writes,
+    # never the record being processed when a later record's write evicts it.
     all_letters = letters()
     flushed = [letter for letter in all_letters if "the cache of store 'counts'" in error_headers(letter.headers)["message"]]
     for entry, found in flush_letters_by_entry().items():
