@@ -58,12 +58,12 @@ class ErrorContext:
     """What a handler learns about the record that failed.
 
     ``topic``/``partition``/``offset``/``timestamp``/``key``/``value``/``headers`` describe the input record
-    (with its original bytes when ``has_input``). A record a cache flush forwards, and an output the broker
-    rejected after it was sent, name their input record without its bytes (as Kafka Streams, whose cache
-    entries and sent records keep no raw source record): ``topic``/``partition``/``offset`` are the input
-    record that last wrote the cached entry, or whose processing sent the output. A punctuation, and what a
-    punctuator forwards or sends, has no input record: those are None, and ``timestamp`` is the punctuation's
-    time (Kafka Streams' ``ErrorHandlerContext``). A production error also names the output
+    (with its original bytes when ``has_input``). A record a cache flush forwards, and an output it sends, name
+    the input record that last wrote the cached entry, without its bytes (as Kafka Streams, whose cache entries
+    keep no raw source record). A punctuation, and what a punctuator forwards or sends, has no input record:
+    those are None, and ``timestamp`` is the punctuation's time (Kafka Streams' ``ErrorHandlerContext``); so
+    has an output a delivery report says failed after it was sent (the report knows only the output: the error
+    message names the input records it may come from). A production error also names the output
     (``output_topic``, ``output_partition``, and the serialized ``output_key``/``output_value``).
     """
 

@@ -24,7 +24,7 @@ class RecordSource:
 
     __slots__ = ("_headers", "_offset", "_partition", "_topic", "task_id", "timestamp_ms")
 
-    def __init__(self, task_id: str | None, topic: str, partition: int, offset: int, timestamp_ms: int,
+    def __init__(self, task_id: str, topic: str, partition: int, offset: int, timestamp_ms: int,
                  headers: Any) -> None:
         self.task_id = task_id
         self._topic = topic
@@ -32,14 +32,6 @@ class RecordSource:
         self._offset = offset
         self.timestamp_ms = timestamp_ms
         self._headers = headers
-
-    @classmethod
-    def of(cls, task_id: str | None, record: Any) -> RecordSource:
-        """The source of a consumed (or test-driver) ``Message``, or of a RecordSource, in task ``task_id``."""
-        if isinstance(record, RecordSource):
-            return record
-        return cls(task_id, record.topic(), record.partition(), record.offset(), record.timestamp()[1],
-                   record.headers())
 
     def topic(self) -> str:
         return self._topic
@@ -53,18 +45,9 @@ class RecordSource:
     def headers(self) -> Any:
         return self._headers
 
-    def __str__(self) -> str:
-        return describe(self, self.task_id)
 
-
-def describe(record: Any, task_id: str | None) -> str:
-    """``record`` (a ``Message`` or a :class:`RecordSource`) as error messages name an input record."""
-    return (f"the record at topic {record.topic()!r} partition {record.partition()} offset {record.offset()}, "
-            f"task {task_id}")
-
-
-def output_of(source: Any, task_id: str | None) -> str:
+def output_of(source: Any, task_id: str) -> str:
     """What a production error message adds about the input record ``source`` (a ``Message`` or a
-    :class:`RecordSource`) of a failed output; "" when there is none (changelog writes, dead letters, the
-    stream-time topic, a punctuator's outputs)."""
-    return "" if source is None else f" (output of {describe(source, task_id)})"
+    :class:`RecordSource`) of task ``task_id`` whose output failed."""
+    return (f" (output of the record at topic {source.topic()!r} partition {source.partition()} offset "
+            f"{source.offset()}, task {task_id})")

@@ -73,9 +73,9 @@ class StoreContext:
     changelogger: Callable[[str], ChangeLogger] | None = None  # store name -> its logger
     timestamp: Callable[[], int] = lambda: -1  # the current record's timestamp
     cache_budget: CacheBudget | None = None
-    # What a cached write keeps of the record that made it (opaque here: the task's topic, partition, offset,
-    # timestamp and headers of its input record; None: no input record), and how a flush forwards an entry with
-    # it (Kafka Streams' record context of a cache entry):
+    # What a cached write keeps of the record that made it (opaque here: the topic, partition, offset and timestamp
+    # of the task's input record; None: no input record), and how a flush forwards an entry with it (Kafka
+    # Streams' record context of a cache entry):
     record_source: Callable[[], Any] = lambda: None
     forward_flushed: FlushForward = call_listener
     register: Callable[[Any], None] = lambda store: None  # the task's state manager
