@@ -24,8 +24,9 @@ A production error raised while an input record is processed (the producer refus
 time, e.g. larger than ``producer.message.max.bytes``) keeps the input record (``record=input``). One
 reported by the broker after the input was processed (e.g. the topic's ``max.message.bytes``), and one of
 an output a cache flush or a punctuator wrote, keep the serialized OUTPUT key and value (``record=output``):
-the ``source.*`` headers still name the input record the output came from (for a cache flush: the one
-that last wrote the cached entry), and are absent for a punctuator's outputs (no input record).
+the ``source.*`` headers name the input record of a cache flush's output (the one that last wrote the
+cached entry); a punctuator's output has none, and a delivery report knows only the output (its message
+names the input records it may come from).
 
 A processing error of a record a cache flush or a punctuator forwarded has no input record's bytes to keep
 (Kafka Streams' cache entries keep none either): its dead letter has no key and no value
