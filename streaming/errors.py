@@ -25,10 +25,12 @@ class CoPartitioningError(StreamsError):
 
 
 class RecordError(StreamsError):
-    """A record failed; ``topic``, ``partition`` and ``offset`` say which one."""
+    """A record failed; ``topic``, ``partition`` and ``offset`` say which one (None: it had no input record,
+    such as a punctuator's)."""
 
     def __init__(self, message: str, topic: str | None, partition: int | None, offset: int | None) -> None:
-        super().__init__(f"{message} (topic={topic}, partition={partition}, offset={offset})")
+        where = "no input record" if topic is None else f"topic={topic}, partition={partition}, offset={offset}"
+        super().__init__(f"{message} ({where})")
         self.topic = topic
         self.partition = partition
         self.offset = offset

@@ -4,6 +4,8 @@ Reads ``<APP>-dlq`` to its end (partition EOF, never ListOffsets) and re-injects
 matches every ``--filter`` and was not replayed before: an ``input`` dead letter into its source topic
 and partition, an ``output`` one (a production error without its input) into its output topic — with
 the original timestamp and headers (``brook.error.*`` removed; see ``streaming.runtime.dead_letters``).
+A ``none`` dead letter (a record a cache flush or a punctuator forwarded: no key or value) is not
+replayable; it is counted apart.
 
 Safe to run twice: every replayed dead letter is recorded in ``<APP>-dlq-replayed`` (key
 ``<partition>:<offset>`` of the dead letter, value: where it went), written only after the replays are
@@ -101,13 +103,15 @@ def replay(
     if ledger in partitions:
         done = {m.key().decode() for m in _records(settings, ledger, list(range(partitions[ledger])))}
     letters = _records(settings, dlq, list(range(partitions[dlq])))
-    chosen, replayed_before, not_matching = [], 0, 0
+    chosen, replayed_before, not_matching, not_replayable = [], 0, 0, 0
     for letter in letters:
         error = error_headers(letter.headers())
         if f"{letter.partition()}:{letter.offset()}" in done:
             replayed_before += 1
         elif not _matches(error, wanted):
             not_matching += 1
+        elif error.get("record") == "none":
+            not_replayable += 1
         else:
             chosen.append((letter, error, _target(error, partitions)))
     for letter, error, (topic, partition) in chosen:
@@ -119,7 +123,8 @@ def replay(
         _replay(settings, chosen, ledger, ledger not in partitions)
     verb = "would replay" if dry_run else "replayed"
     typer.echo(f"{verb} {len(chosen)} dead letters from {dlq} ({replayed_before} replayed before, "
-               f"{not_matching} not matching the filter)", err=True)
+               f"{not_matching} not matching the filter, {not_replayable} not replayable: record=none, a record a "
+               f"cache flush or punctuator forwarded)", err=True)
 
 
 def _replay(settings: dict[str, Any], chosen: list[tuple[Any, dict[str, str], tuple[str, int]]], ledger: str,

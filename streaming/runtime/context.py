@@ -66,14 +66,23 @@ class NodeContext(ProcessorContext):
         self.task_id = task.id
 
     def forward(self, record: Record[Any, Any], to: str | None = None) -> None:
+        """Forward to every child, or to child ``to``. In a punctuation each child gets the record on its own, and
+        an error there goes to ``processing.exception.handler`` (see ``StreamTask.forward_punctuated``)."""
         if to is None:
-            self._emit(record.key, record.value, record.timestamp, record._headers)
+            if self._task.punctuating is None:
+                self._emit(record.key, record.value, record.timestamp, record._headers)
+            else:
+                for emit in self._children.values():
+                    self._task.forward_punctuated(emit, record.key, record.value, record.timestamp, record._headers)
             return
         child = self._children.get(to)
         if child is None:
             raise TopologyError(f"processor {self._node!r} forwarded to {to!r}, which is not one of its "
                                 f"children {list(self._children)}")
-        child(record.key, record.value, record.timestamp, record._headers)
+        if self._task.punctuating is None:
+            child(record.key, record.value, record.timestamp, record._headers)
+        else:
+            self._task.forward_punctuated(child, record.key, record.value, record.timestamp, record._headers)
 
     def schedule(self, interval: int | timedelta, punctuation_type: PunctuationType,
                  callback: Callable[[int], None]) -> Cancellable:

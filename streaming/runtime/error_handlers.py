@@ -15,6 +15,13 @@ Configured per stage — ``default.deserialization.exception.handler``, ``proces
 A skipped record's partial effects stay: what the topology wrote or stored before the error is kept,
 as in Kafka Streams. Changelog writes never go to a handler (skipping one would make the store and its
 changelog disagree): their failure always stops the thread.
+
+Records no input record is processing reach the processing handler too, as Kafka Streams routes every
+processor call through it (KIP-1033: ``ProcessorNode.process``, ``StreamTask.punctuate``): a record a
+cache flush forwards (its context names the input record that last wrote the cached entry, as
+``LRUCacheEntry`` keeps it), a record a punctuator forwards, and a punctuator's own failure (no input
+record: no topic, partition or offset, the punctuation's time as timestamp — ``ErrorHandlerContext``).
+Skipping one skips that record downstream (or that punctuation); the flush or the punctuator goes on.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streaming.errors import StreamsError
+from streaming.runtime.record_source import RecordSource
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +58,13 @@ class ErrorContext:
     """What a handler learns about the record that failed.
 
     ``topic``/``partition``/``offset``/``timestamp``/``key``/``value``/``headers`` describe the input record
-    (its original bytes, ``has_input``); they are None when the failure has no input record (a production error of an
-    output a cache flush or punctuator wrote, or one reported by the broker after the record was
-    processed). A production error also names the output (``output_topic``, ``output_partition``, and
-    the serialized ``output_key``/``output_value``).
+    (with its original bytes when ``has_input``). A record a cache flush forwards, and an output it sends, name
+    the input record that last wrote the cached entry, without its bytes (as Kafka Streams, whose cache entries
+    keep no raw source record). A punctuation, and what a punctuator forwards or sends, has no input record:
+    those are None, and ``timestamp`` is the punctuation's time (Kafka Streams' ``ErrorHandlerContext``); so
+    has an output a delivery report says failed after it was sent (the report knows only the output: the error
+    message names the input records it may come from). A production error also names the output
+    (``output_topic``, ``output_partition``, and the serialized ``output_key``/``output_value``).
     """
 
     stage: str
@@ -72,17 +83,24 @@ class ErrorContext:
     has_input: bool = False  # key, value and headers are the input record's (else only its coordinates)
 
     @classmethod
-    def of_message(cls, stage: str, task_id: str | None, message: Any, **output: Any) -> ErrorContext:
-        """The context of a consumed (or test-driver) ``message``; None ``message``: no input record."""
+    def of_message(cls, stage: str, task_id: str | None, message: Any, timestamp: int | None = None,
+                   **fields: Any) -> ErrorContext:
+        """The context of a consumed (or test-driver) ``message``, of a :class:`RecordSource` (the input record
+        without its bytes), or with ``message`` None of no input record, at ``timestamp`` (a punctuation's time)."""
         if message is None:
-            return cls(stage, task_id, **output)
+            return cls(stage, task_id, timestamp=timestamp, **fields)
+        if isinstance(message, RecordSource):
+            return cls(stage, task_id, message.topic(), message.partition(), message.offset(), message.timestamp_ms,
+                       headers=list(message.headers() or []), **fields)
         return cls(stage, task_id, message.topic(), message.partition(), message.offset(), message.timestamp()[1],
-                   message.key(), message.value(), list(message.headers() or []), **output, has_input=True)
+                   message.key(), message.value(), list(message.headers() or []), **fields, has_input=True)
 
     def where(self) -> str:
-        if self.topic is None:
+        if self.topic is not None:
+            return f"topic {self.topic} partition {self.partition} offset {self.offset}"
+        if self.output_topic is not None:
             return f"output topic {self.output_topic} partition {self.output_partition} (no input record)"
-        return f"topic {self.topic} partition {self.partition} offset {self.offset}"
+        return f"time {self.timestamp} (no input record)"
 
 
 Handler = Callable[[ErrorContext, Exception], str]
@@ -93,7 +111,9 @@ class RecordErrorHandlers:
     """The three handlers of one stream thread (or test driver) and the counters of what they skipped.
 
     :meth:`handle` returns when the record is to be skipped, and raises ``error`` when it is to stop the
-    thread. Counters survive task migration (they belong to the thread, not the task).
+    thread; :meth:`decided` then says so of that error, so the layers it goes up through do not hand it to a
+    handler again (Kafka Streams' ``FailedProcessingException``). Counters survive task migration (they
+    belong to the thread, not the task).
     """
 
     def __init__(self, handlers: dict[str, str | Handler], dead_letters: DeadLetterWriter | None) -> None:
@@ -103,13 +123,25 @@ class RecordErrorHandlers:
         self.dead_lettered = 0  # records written to the dead-letter topic
         self.by_stage = dict.fromkeys(STAGES, 0)  # records skipped or dead-lettered, per stage
         self.by_action: dict[tuple[str, str], int] = {}  # (stage, "skipped" | "dead_letter") -> records
+        self._failed: BaseException | None = None  # the last error a handler chose to stop on
 
     def fails_on(self, stage: str) -> bool:
         """Whether ``stage``'s errors always stop the thread (the ``fail`` handler)."""
         return self._handlers[stage] == FAIL
 
+    def decided(self, error: BaseException) -> bool:
+        """Whether ``error`` is what :meth:`handle` raised to stop the thread (it must not be handled again)."""
+        return error is self._failed
+
     def handle(self, context: ErrorContext, error: Exception) -> None:
         """Skip the record (log, dead-letter, count) or raise ``error``, as ``context.stage``'s handler says."""
+        try:
+            self._handle(context, error)
+        except BaseException as stop:
+            self._failed = stop
+            raise
+
+    def _handle(self, context: ErrorContext, error: Exception) -> None:
         handler = self._handlers[context.stage]
         if handler == FAIL:
             raise error

@@ -94,6 +94,7 @@ class StreamThread(threading.Thread):
                                  errors=self.errors, stream_times=StreamTimeRecovery(
                                      self.consumer.committed, config.consumer_config(),
                                      stream_time_topics(topology, config.application_id)))
+        self.collector.name_inputs(self._uncommitted_inputs)
         self._offset_resets = self.tasks.offset_resets()
         self._cooperative = "cooperative" in config.consumer_config().get("partition.assignment.strategy", "")
         self._paused: set[tuple[str, int]] = set()  # paused by backpressure (see _pause_full)
@@ -114,6 +115,14 @@ class StreamThread(threading.Thread):
         self.process_latency = Histogram()  # per loop iteration that processed records
         self.e2e_latency = Histogram()  # per such iteration, its last record: its timestamp to the end of processing
         self.lag: dict[tuple[str, int], int] = {}  # per input partition, refreshed every LAG_INTERVAL_MS
+
+    def _uncommitted_inputs(self, topic: str) -> str:
+        """What the error of a failed delivery to ``topic`` adds: the input records it may be the output of, those
+        the tasks writing to ``topic`` processed since their last commit (see streaming.runtime.record_collector)."""
+        spans = [span for task in self.tasks.tasks.values() if topic in task.sink_topics
+                 and (span := task.uncommitted_inputs())]
+        return f" (output of a record processed since the last commit, none of them committed: {'; '.join(spans)})" \
+            if spans else ""
 
     # -- life cycle ------------------------------------------------------------------------------------------
     def shutdown(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from streaming.config import StreamsConfig
@@ -32,6 +33,7 @@ from streaming.runtime.error_handlers import (
 from streaming.runtime.partition_group import Buffered, PartitionGroup
 from streaming.runtime.punctuation import PunctuationQueue, PunctuationSchedule
 from streaming.runtime.record_collector import UNASSIGNED, RecordCollector
+from streaming.runtime.record_source import RecordSource, output_of
 from streaming.runtime.state_manager import ProcessorStateManager
 from streaming.runtime.stream_time import encode_offset_metadata, encode_record
 from streaming.state.bytes_store import StoreContext
@@ -45,6 +47,9 @@ from streaming.windows.serdes import WindowedSerde
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+#: What a cached write keeps of its input record (:meth:`StreamTask._record_source`): topic, partition, offset and
+#: timestamp (epoch ms) — with the entry's headers and the task, the :class:`RecordSource` a flush forwards it with.
+CachedSource = tuple[str, int, int, int]
 
 
 def task_id_of(subtopology: int, partition: int) -> str:
@@ -100,8 +105,13 @@ class StreamTask:
         self._written_observed: dict[str, int] = {}
         self.dropped_records = 0  # records DSL operators skipped on purpose (null keys or values, late records)
         self.late_records = 0  # of those, records for windows already closed
-        self.current: Any = None  # the input message being processed (None inside a punctuation)
+        # The record being processed: an input message, the RecordSource of a cache entry a flush forwards, or None
+        # (a punctuation: then ``punctuating`` names the punctuating processor).
+        self.current: Any = None
         self.current_timestamp = -1
+        self.punctuating: str | None = None
+        self._source_message: Any = None  # the record _source was taken from
+        self._source: CachedSource | None = None
         self.commit_requested = False
         self.consumed: dict[TopicPartition, int] = {}  # next offset to commit, per partition
         self._committed: dict[TopicPartition, int] = {}
@@ -110,6 +120,7 @@ class StreamTask:
         self._collector = collector
         self._topology = topology
         self._processors: list[tuple[str, Any]] = []
+        self.sink_topics = {node.topic for node in subtopology.nodes if isinstance(node, SinkNodeDef)}
         self._emits: dict[str, Emit] = {}
         self._sources: dict[str, _Source] = {}
         self.group: PartitionGroup | None = None
@@ -153,7 +164,8 @@ class StreamTask:
             store.init(StoreContext(
                 self.application_id, self.id, self.state.store_dir(name), self.config.default_key_serde,
                 self.config.default_value_serde, changelogger=self._changelogger,
-                timestamp=self._current_timestamp, cache_budget=cache_budget, register=self.state.register))
+                timestamp=self._current_timestamp, cache_budget=cache_budget, register=self.state.register,
+                record_source=self._record_source, forward_flushed=partial(self._forward_flushed, name)))
             self.stores[name] = store
 
     def _changelogger(self, store: str) -> ChangeLogger:
@@ -161,6 +173,18 @@ class StreamTask:
 
     def _current_timestamp(self) -> int:
         return self.current_timestamp
+
+    def _record_source(self) -> CachedSource | None:
+        """What a cached write keeps of the record being processed: its topic, partition, offset and timestamp (as
+        processed: Kafka Streams' record context; taken once per record, when first asked for; no key or value
+        bytes). None in a punctuation."""
+        current = self.current
+        if current is None:
+            return None
+        if current is not self._source_message:
+            self._source_message = current
+            self._source = (current.topic(), current.partition(), current.offset(), self.current_timestamp)
+        return self._source
 
     def initialize_topology(self) -> None:
         """Build and ``init`` the processors (after the stores are restored: ``init`` may read them)."""
@@ -234,9 +258,19 @@ class StreamTask:
                 send(topic, key_bytes, value_bytes, timestamp, headers, partition)
             except ProductionError as exc:  # the producer refused the record (e.g. larger than message.max.bytes)
                 self._errors.handle(ErrorContext.of_message(
-                    PRODUCTION, self.id, self.current, output_topic=topic, output_partition=partition,
-                    output_key=key_bytes, output_value=value_bytes), exc)
+                    PRODUCTION, self.id, self.current, self.current_timestamp, output_topic=topic,
+                    output_partition=partition, output_key=key_bytes, output_value=value_bytes),
+                    self._refused(exc))
         return emit
+
+    def _refused(self, exc: ProductionError) -> ProductionError:
+        """A refusal of the producer, naming the input record the output came from, as Kafka Streams hands the
+        production handler the record context of the send (KIP-1033; ``SinkNode``, ``RecordCollectorImpl``)."""
+        if self.current is None:  # a punctuator's output: no input record
+            return exc
+        error = ProductionError(f"{exc}{output_of(self.current, self.id)}")
+        error.__cause__ = exc.__cause__  # what went wrong: the dead letter's brook.error.type
+        return error
 
     def _sink_error(self, node: SinkNodeDef, key: Any, value: Any, exc: Exception) -> StreamsError:
         key_serde = node.key_serde or self.config.default_key_serde
@@ -443,9 +477,10 @@ class StreamTask:
 
         A :class:`DeserializationError` goes to the deserialization handler; a :class:`ProductionError` was
         already seen by the production handler (the sink), which chose to fail; anything else is the
-        processing handler's, wrapped in a :class:`ProcessingError` naming the task and the record."""
-        if isinstance(exc, (ProductionError, TaskMigratedError, TaskCorruptedError)):  # the latter: exactly-once
-            raise exc
+        processing handler's, wrapped in a :class:`ProcessingError` naming the task and the record. An error a
+        handler already chose to stop on (a cache eviction's, say) goes up as it is."""
+        if isinstance(exc, (ProductionError, TaskMigratedError, TaskCorruptedError)) or self._errors.decided(exc):
+            raise exc  # TaskMigratedError, TaskCorruptedError: exactly-once
         if isinstance(exc, DeserializationError):
             stage, error = DESERIALIZATION, exc
         elif isinstance(exc, RecordError):
@@ -500,14 +535,59 @@ class StreamTask:
         def fire(schedule: PunctuationSchedule, timestamp: int) -> None:
             self.current = None
             self.current_timestamp = timestamp
+            self.punctuating = schedule.node
             try:
                 schedule.callback(timestamp)
-            except StreamsError:
-                raise
-            except Exception as exc:
-                raise StreamsError(f"task {self.id}: punctuator of processor {schedule.node!r} failed at "
-                                   f"time {timestamp}: {exc!r}") from exc
+            except Exception as exc:  # noqa: BLE001 - user code may raise anything; the handler decides
+                # Kafka Streams' StreamTask.punctuate: the handler decides, with no record and no input record.
+                self._without_input_failed(exc, f"punctuator of processor {schedule.node!r} failed at time {timestamp}")
+            finally:
+                self.punctuating = None
         return queue.punctuate(now, fire)
+
+    # -- records processed with no input record of their own: what cache flushes and punctuators forward --------
+    def forward_punctuated(self, emit: Emit, key: Any, value: Any, timestamp: int, headers: Any) -> None:
+        """Forward a record a punctuator forwards to one child: an error downstream goes to the processing handler
+        (no input record; Kafka Streams' ProcessorNode.process), and the punctuator goes on when it skips it."""
+        try:
+            emit(key, value, timestamp, headers)
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything; the handler decides
+            self._without_input_failed(exc, f"processing failed on a record the punctuator of processor "
+                                            f"{self.punctuating!r} forwarded at time {self.current_timestamp}")
+
+    def _forward_flushed(self, store: str, source: CachedSource | None, listener: Callable[..., None], key: bytes,
+                         new: bytes | None, old: bytes | None, timestamp: int, headers: Any) -> None:
+        """Hand one entry of store ``store``'s cache flush (or eviction) to ``listener``, which forwards it.
+
+        As Kafka Streams sets the entry's record context around its flush listener
+        (``CachingKeyValueStore.putAndMaybeForward``), the entry's source — the input record that last wrote it
+        — is the current record meanwhile, and the entry's timestamp the current timestamp; an error downstream
+        goes to the processing handler naming that source (``ProcessorNode.process``), and the flush goes on
+        with the next entry when the handler skips this one (the store holds it already)."""
+        outer = self.current, self.current_timestamp, self.punctuating
+        self.current = None if source is None else RecordSource(self.id, *source, headers)
+        self.current_timestamp, self.punctuating = timestamp, None
+        try:
+            listener(key, new, old, timestamp, headers)
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything; the handler decides
+            self._without_input_failed(exc, f"processing failed on a record the cache of store {store!r} forwarded "
+                                            f"when it flushed (key bytes={_preview(key)})")
+        finally:
+            self.current, self.current_timestamp, self.punctuating = outer
+
+    def _without_input_failed(self, exc: Exception, what: str) -> None:
+        """A record a flush or a punctuator forwarded (or a punctuator itself) failed: the processing handler skips it
+        (returns) or stops the thread (raises), with ``self.current`` as the record context (a cache entry's
+        source, or None in a punctuation). Errors a handler decided already, production errors (the sink's handler
+        saw them) and exactly-once's transaction errors go up as they are."""
+        if isinstance(exc, (ProductionError, TaskMigratedError, TaskCorruptedError)) or self._errors.decided(exc):
+            raise exc
+        source = self.current
+        where = (source.topic(), source.partition(), source.offset()) if source is not None else (None,) * 3
+        detail = str(exc) if isinstance(exc, StreamsError) else repr(exc)
+        error = ProcessingError(f"task {self.id}: {what}: {detail}", *where)
+        error.__cause__ = exc
+        self._errors.handle(ErrorContext.of_message(PROCESSING, self.id, source, self.current_timestamp), error)
 
     # -- stream time across restarts (streaming.runtime.stream_time) ------------------------------------------
     def partition_times(self) -> dict[TopicPartition, int]:
@@ -550,6 +630,17 @@ class StreamTask:
     def observed_times(self) -> dict[str, int]:
         """The time of each of the task's time-driven nodes that has one (-1: no record yet)."""
         return {key: tracker.time for key, tracker in self._observed.items()}
+
+    def uncommitted_inputs(self) -> str:
+        """The input records processed since the last commit, per partition (what a failed delivery names: its
+        record is the output of one of them); "" if none."""
+        spans = []
+        for tp, end in self.consumed.items():
+            start = self._committed.get(tp)
+            if start != end:
+                offsets = f"offsets {start}-{end - 1}" if start is not None else f"offsets up to {end - 1}"
+                spans.append(f"topic {tp[0]!r} partition {tp[1]} {offsets}")
+        return f"task {self.id}: {', '.join(spans)}" if spans else ""
 
     def offset_metadata(self, tp: TopicPartition) -> str:
         """The metadata committed with ``tp``'s offset: its partition time and the task's node times (as Kafka

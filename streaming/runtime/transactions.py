@@ -106,8 +106,10 @@ class TransactionalProducer:
     :class:`TaskCorruptedError` (see :func:`classify`), after aborting what can be aborted. ``renew()``
     replaces a fenced producer with a new one (same transactional id: ``init_transactions`` bumps the epoch).
     Records an abort purged are not reported; a record the broker rejected raises :class:`ProductionError` from
-    the next ``poll``/``flush`` (it fails the transaction, so no handler can skip it). ``on_delivery_error``
-    is kept for the :class:`StreamsProducer` signature: failed deliveries do not reach it.
+    the next ``poll``/``flush`` (it fails the transaction, so no handler can skip it), naming the input records
+    it may be the output of (``inputs_of(topic)``: the record collector sets it, see
+    :meth:`~streaming.runtime.record_collector.KafkaRecordCollector.name_inputs`). ``on_delivery_error`` is kept
+    for the :class:`StreamsProducer` signature: failed deliveries do not reach it.
     """
 
     def __init__(self, producer_config: dict[str, Any], consumer: Consumer | None,
@@ -126,6 +128,7 @@ class TransactionalProducer:
         self._fenced = False  # this producer cannot abort (or do anything) any more: renew() replaces it
         self._closed = False
         self.failure: StreamsError | None = None  # a transactional failure seen in a delivery report
+        self.inputs_of: Callable[[str], str] = lambda topic: ""
         self.producer = self._initialized_producer()
         self._produce = self.producer.produce
 
@@ -170,8 +173,9 @@ class TransactionalProducer:
         # A record the broker rejected fails its whole transaction, and re-processing would fail it again: the
         # thread stops (production.exception.handler sees the records the client refuses before sending).
         self.failure = self.failure or ProductionError(
-            f"record to topic {message.topic()!r} partition {message.partition()} failed: {error.str()}; under "
-            f"processing.guarantee=exactly_once_v2 it fails its transaction, so it cannot be skipped or dead-lettered")
+            f"record to topic {message.topic()!r} partition {message.partition()} failed: {error.str()}"
+            f"{self.inputs_of(message.topic())}; under processing.guarantee=exactly_once_v2 it fails its "
+            f"transaction, so it cannot be skipped or dead-lettered")
 
     def produce(self, *args: Any, **kwargs: Any) -> None:
         """confluent-kafka's ``produce``; a producer the broker fenced raises :class:`TaskMigratedError`."""

@@ -28,6 +28,16 @@ if TYPE_CHECKING:
 # A write of a layer: (key, value or None for a delete, timestamp, headers).
 Write = tuple[bytes, bytes | None, int, Any]
 
+#: How a cache flush hands one entry downstream: ``forward(source, listener, key, new, old, timestamp, headers)``
+#: calls ``listener(key, new, old, timestamp, headers)`` with ``source`` (what ``StoreContext.record_source``
+#: gave when the entry was written) as the task's current record (see ``StreamTask._forward_flushed``).
+FlushForward = Callable[..., None]
+
+
+def call_listener(source: Any, listener: Callable[..., None], *update: Any) -> None:
+    """The :data:`FlushForward` of a store outside a task: call the listener."""
+    listener(*update)
+
 
 class BytesStore(Protocol):
     """The bytes-level interface of inner stores and layers."""
@@ -63,6 +73,11 @@ class StoreContext:
     changelogger: Callable[[str], ChangeLogger] | None = None  # store name -> its logger
     timestamp: Callable[[], int] = lambda: -1  # the current record's timestamp
     cache_budget: CacheBudget | None = None
+    # What a cached write keeps of the record that made it (opaque here: the topic, partition, offset and timestamp
+    # of the task's input record; None: no input record), and how a flush forwards an entry with it (Kafka
+    # Streams' record context of a cache entry):
+    record_source: Callable[[], Any] = lambda: None
+    forward_flushed: FlushForward = call_listener
     register: Callable[[Any], None] = lambda store: None  # the task's state manager
 
 

@@ -1,10 +1,13 @@
 """The record cache of a store: a write-back layer that collapses updates per key until a flush.
 
 ``CachingBytesStore`` sits on top of a store's other layers (Kafka Streams' CachingKeyValueStore):
-writes collect in a record cache, one entry per key with the timestamp and headers of its latest
-write, until the commit flushes them or the thread's ``statestore.cache.max.bytes`` budget evicts the
-oldest. Then each key's latest value is written once to the layers below and handed to the flush
-listener, so consecutive updates of a key reach downstream as one record per commit.
+writes collect in a record cache, one entry per key with the timestamp, headers and source (the input
+record) of its latest write, until the commit flushes them or the thread's ``statestore.cache.max.bytes``
+budget evicts the oldest. Then each key's latest value is written once to the layers below and handed to
+the flush listener, so consecutive updates of a key reach downstream as one record per commit. The
+listener runs with the entry's source as the task's current record (the store context's
+``forward_flushed``), as Kafka Streams sets the entry's record context around it: an error downstream
+names that input record.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from streaming.state.bytes_store import BytesStore, Write
+from streaming.state.bytes_store import BytesStore, FlushForward, Write, call_listener
 
 # Rough per-entry overhead of a Python dict entry and its tuple, counted against the budget.
 ENTRY_OVERHEAD = 120
@@ -35,16 +38,17 @@ def cache_budget(max_bytes: int) -> CacheBudget | None:
     return CacheBudget(max_bytes) if max_bytes > 0 else None
 
 
-# A cache entry: (serialized value or None for a delete, timestamp, headers). As Kafka Streams' record
-# cache keeps each entry's record context, the entry keeps the timestamp and headers of the write, and
-# its flush forwards them downstream.
-Entry = tuple[bytes | None, int, Any]
+# A cache entry: (serialized value or None for a delete, timestamp, headers, source). As Kafka Streams' record
+# cache keeps each entry's record context, the entry keeps the timestamp, headers and source (what the store
+# context's record_source() gave: the input record without its bytes; None if none) of the write, and its flush
+# forwards them downstream.
+Entry = tuple[bytes | None, int, Any, Any]
 
 
 class StoreCache:
     """Dirty entries of one store in write order. ``evict`` is called with the oldest entries when the
-    shared budget is exceeded; ``flush`` hands over every dirty entry (the store writes them to the
-    inner store and the changelog, and forwards them downstream)."""
+    shared budget is exceeded; ``flush`` hands over every dirty entry. Either way the store writes them to the
+    inner store and the changelog, forgets them (:meth:`forget`), and forwards them downstream."""
 
     def __init__(self, budget: CacheBudget, evict: Callable[[list[tuple[bytes, Entry]]], None]) -> None:
         self.entries: dict[bytes, Entry] = {}
@@ -54,7 +58,7 @@ class StoreCache:
     def get(self, key: bytes) -> Entry | None:
         return self.entries.get(key)
 
-    def put(self, key: bytes, value: bytes | None, timestamp: int, headers: Any = None) -> None:
+    def put(self, key: bytes, value: bytes | None, timestamp: int, headers: Any = None, source: Any = None) -> None:
         entries = self.entries
         old = entries.pop(key, None)  # re-inserted at the end: dict order is write order (LRU)
         budget = self._budget
@@ -62,7 +66,7 @@ class StoreCache:
             budget.used += len(key) + ENTRY_OVERHEAD + (len(value) if value is not None else 0)
         else:
             budget.used += (len(value) if value is not None else 0) - (len(old[0]) if old[0] is not None else 0)
-        entries[key] = (value, timestamp, headers)
+        entries[key] = (value, timestamp, headers, source)
         if budget.used > budget.max_bytes:
             self._evict_oldest()
 
@@ -76,27 +80,26 @@ class StoreCache:
             evicted.append((key, entry))
             freed += len(key) + ENTRY_OVERHEAD + (len(entry[0]) if entry[0] is not None else 0)
         if evicted:
-            self._evict(evicted)  # written through first, so a concurrent reader never sees a gap
-            self._remove(evicted)
+            self._evict(evicted)
 
-    def _remove(self, written: list[tuple[bytes, Entry]]) -> None:
-        """Drop entries that were written through, unless they were overwritten meanwhile."""
+    def forget(self, written: list[tuple[bytes, Entry]]) -> None:
+        """Drop entries that were written through (so a concurrent reader never sees a gap), unless they were
+        overwritten meanwhile."""
         for key, entry in written:
             if self.entries.get(key) is entry:
                 del self.entries[key]
                 self._budget.used -= len(key) + ENTRY_OVERHEAD + (len(entry[0]) if entry[0] is not None else 0)
 
     def flush(self, write: Callable[[list[tuple[bytes, Entry]]], None]) -> None:
-        """Hand every entry, oldest write first, to ``write``; then drop them from the cache."""
+        """Hand every entry, oldest write first, to ``write`` (which forgets them once written through)."""
         entries = list(self.entries.items())
         if entries:
             write(entries)
-            self._remove(entries)
 
     def discard(self) -> None:
         """Drop every entry unwritten and give its bytes back to the budget (a dirty close: under exactly-once
         the writes belonged to an aborted transaction)."""
-        self._remove(list(self.entries.items()))
+        self.forget(list(self.entries.items()))
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -112,15 +115,19 @@ class CachingBytesStore:
     On a flush or an eviction the entries are written through to ``wrapped`` and handed to
     ``listener`` (if set) as ``(key, new, old, timestamp, headers)``; ``old`` is the value ``wrapped``
     held before (read only when ``send_old_values``, and for deletes: a key put and deleted between two
-    flushes, never written through, is not reported).
+    flushes, never written through, is not reported). ``record_source()`` is what an entry keeps of the
+    record that wrote it; ``forward`` hands each entry to the listener with it (:data:`FlushForward`).
     """
 
-    def __init__(self, wrapped: BytesStore, budget: CacheBudget) -> None:
+    def __init__(self, wrapped: BytesStore, budget: CacheBudget, record_source: Callable[[], Any] = lambda: None,
+                 forward: FlushForward = call_listener) -> None:
         self.wrapped = wrapped
         self.name = wrapped.name
         self.cache = StoreCache(budget, self._write_through)
         self.listener: RawFlushListener | None = None
         self.send_old_values = False
+        self._record_source = record_source
+        self._forward = forward
 
     @property
     def persistent(self) -> bool:
@@ -140,27 +147,30 @@ class CachingBytesStore:
         return self.wrapped.get(key)
 
     def put(self, key: bytes, value: bytes | None, timestamp: int = 0, headers: Any = None) -> None:
-        self.cache.put(key, value, timestamp, headers)
+        self.cache.put(key, value, timestamp, headers, self._record_source())
 
     def put_all(self, writes: list[Write]) -> None:
-        put = self.cache.put
+        put, source = self.cache.put, self._record_source()
         for key, value, timestamp, headers in writes:
-            put(key, value, timestamp, headers)
+            put(key, value, timestamp, headers, source)
 
     def _write_through(self, entries: list[tuple[bytes, Entry]]) -> None:
         listener = self.listener
         olds: list[bytes | None] = []
         if listener is not None:
             get, send_old = self.wrapped.get, self.send_old_values
-            olds = [get(key) if send_old or value is None else None for key, (value, _, _) in entries]
-        self.wrapped.put_all([(key, value, timestamp, headers) for key, (value, timestamp, headers) in entries])
+            olds = [get(key) if send_old or entry[0] is None else None for key, entry in entries]
+        self.wrapped.put_all([(key, value, timestamp, headers) for key, (value, timestamp, headers, _) in entries])
+        # Forgotten before they are forwarded, as Kafka Streams marks them clean before its flush listener runs
+        # (NamedCache.flush): a failure downstream that stops the thread leaves no entry to flush again.
+        self.cache.forget(entries)
         if listener is None:
             return
-        send_old = self.send_old_values
-        for (key, (value, timestamp, headers)), old in zip(entries, olds, strict=True):
+        send_old, forward = self.send_old_values, self._forward
+        for (key, (value, timestamp, headers, source)), old in zip(entries, olds, strict=True):
             if value is None and old is None:
                 continue
-            listener(key, value, old if send_old else None, timestamp, headers)
+            forward(source, listener, key, value, old if send_old else None, timestamp, headers)
 
     def write_batch(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
         self.wrapped.write_batch(entries)

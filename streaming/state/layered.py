@@ -68,7 +68,8 @@ class LayeredStore(StateStore):
         if self.logging_enabled and context.changelogger is not None:
             store = self._logging = ChangeLoggingBytesStore(store, context.changelogger(self.name), self.timestamped)
         if self.caching_enabled and context.cache_budget is not None:
-            store = self._caching = CachingBytesStore(store, context.cache_budget)
+            store = self._caching = CachingBytesStore(store, context.cache_budget, context.record_source,
+                                                      context.forward_flushed)
         self._store = store
         context.register(self)
 

@@ -62,7 +62,7 @@ class _Collector:
         self.producer = _Producer()
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
-             partition: int = -1) -> None:
+             partition: int = -1, source: Any = None, task_id: Any = None) -> None:
         self.sent.setdefault(topic, []).append((key, value, timestamp, partition))
 
     def partition_count(self, topic: str) -> int:

@@ -266,12 +266,16 @@ def test_delivery_reports_purged_by_an_abort_are_dropped_and_fencing_surfaces_at
 
 
 def test_a_record_the_broker_rejects_fails_the_transaction_and_stops_the_thread(fake: type[FakeProducer]) -> None:
-    """Not TaskCorruptedError: re-processing would fail the same record again, for ever."""
+    """Not TaskCorruptedError: re-processing would fail the same record again, for ever. The error names the
+    input records the rejected one may come from (what the stream thread's tasks processed in the transaction)."""
     txn = producer()
+    collector = KafkaRecordCollector(lambda on_delivery_error: txn, metadata_client=None)
+    collector.name_inputs(lambda topic: f" (output of one of {topic}'s inputs: task 0_0: topic 'in' offsets 40-41)")
     txn.begin()
     txn.produce("out", b"v", b"k")
     txn._on_delivery(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), Message())
-    with pytest.raises(ProductionError, match="topic 'out' partition 3.*exactly_once_v2"):
+    with pytest.raises(ProductionError, match=r"topic 'out' partition 3 failed: .* \(output of one of out's inputs: "
+                                              r"task 0_0: topic 'in' offsets 40-41\); under .*exactly_once_v2"):
         txn.commit(OFFSETS)
     assert fake.instances[0].calls[-1] == "abort_transaction"
 
