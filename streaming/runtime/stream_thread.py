@@ -247,8 +247,10 @@ class StreamThread(threading.Thread):
             raise failure
         partitions, task_ids = self._abandon_transaction()
         if producer.fenced and not isinstance(failure, TaskMigratedError):
-            failure = TaskMigratedError(f"{failure}; the transaction could not be aborted either, so the producer is "
-                                        f"treated as fenced")
+            cause = producer.abort_failure  # the abort names a fencing that a flush could not (a bare SystemError)
+            failure = TaskMigratedError(f"{cause} (first seen as: {failure})" if isinstance(cause, TaskMigratedError)
+                                        else f"{failure}; the transaction could not be aborted either, so the "
+                                        f"producer is treated as fenced")
         if isinstance(failure, TaskMigratedError) and self.config["instance.name"]:
             log.error("%s: %s. Another instance with instance.name=%r took over this instance's transactional id "
                       "(this one was paused or cut off: a zombie); nothing of its open transaction is committed. "

@@ -128,6 +128,7 @@ class TransactionalProducer:
         self._fenced = False  # this producer cannot abort (or do anything) any more: renew() replaces it
         self._closed = False
         self.failure: StreamsError | None = None  # a transactional failure seen in a delivery report
+        self.abort_failure: StreamsError | None = None  # why the last abort failed (it names a fencing as such)
         self.inputs_of: Callable[[str], str] = lambda topic: ""
         self.producer = self._initialized_producer()
         self._produce = self.producer.produce
@@ -165,9 +166,13 @@ class TransactionalProducer:
     def _on_delivery(self, error: KafkaError | None, message: Any) -> None:
         if error is None:
             return
-        if error.code() in PURGED_CODES and self._aborting:
-            return
-        if error.fatal() or error.code() in FENCED_CODES:
+        try:
+            code, fatal = error.code(), error.fatal()
+        except SystemError:  # the producer failed fatally inside this flush: its KafkaException is pending, and
+            return           # flush() raises it (see flush)
+        if code in PURGED_CODES:  # purged by an abort, or by librdkafka after a fatal error: never a rejection,
+            return                # and the transaction fails either way (the abort, or that fatal error)
+        if fatal or code in FENCED_CODES:
             self.failure = self.failure or self._failed(KafkaException(error), "a send")
             return
         # A record the broker rejected fails its whole transaction, and re-processing would fail it again: the
@@ -217,6 +222,8 @@ class TransactionalProducer:
         try:
             remaining = self.producer.flush(timeout)
         except (KafkaException, SystemError) as exc:
+            if isinstance(self.failure, (TaskMigratedError, TaskCorruptedError)):  # a delivery report said why
+                raise self.failure from exc
             raise self._failed(exc, "flush") from exc
         if self.failure is not None:
             raise self.failure
@@ -291,6 +298,7 @@ class TransactionalProducer:
             # Measured on the embedded broker: a fenced producer's abort waits out its whole timeout. Either way
             # this producer cannot go on (a later call conflicts with the unfinished abort): treat it as fenced.
             self._fenced = True
+            self.abort_failure = classify(exc, "abort_transaction", self.transactional_id)
             log.warning("transaction of producer %r could not be aborted by it (%s): the producer that fenced it, "
                         "or the transaction timeout, aborts it; this producer is not used again",
                         self.transactional_id, exc)
@@ -307,7 +315,7 @@ class TransactionalProducer:
         the epoch and aborts what the old one left open)."""
         self.abort()
         self._close_producer()
-        self.failure = None
+        self.failure = self.abort_failure = None
         self._fenced = self._closed = False
         self.producer = self._initialized_producer()
         self._produce = self.producer.produce

@@ -265,6 +265,28 @@ def test_delivery_reports_purged_by_an_abort_are_dropped_and_fencing_surfaces_at
     assert delivered == []
 
 
+def test_a_record_purged_after_a_fatal_error_is_no_rejection_and_the_abort_names_the_fencing(
+        fake: type[FakeProducer]) -> None:
+    # measured on the embedded broker: a producer fenced inside flush() has its queue purged ("Purged in queue", no
+    # abort of ours), and confluent-kafka's flush then raises a bare SystemError; the abort names the fencing
+    class Flushing(FakeProducer):
+        def flush(self, timeout: float) -> int:
+            self.config["on_delivery"](KafkaError(KafkaError._PURGE_QUEUE), Message())
+            raise SystemError("<method 'flush' of 'cimpl.Producer' objects> returned NULL without setting an exception")
+
+    transactions.Producer = Flushing  # type: ignore[misc]  # the fixture's monkeypatch restores it
+    fake.fail = {"abort_transaction": [kafka_exception(KafkaError._FENCED, fatal=True)]}
+    txn = producer()
+    txn.begin()
+    txn.produce("out", b"v", b"k")
+    with pytest.raises(TaskCorruptedError, match="failed during flush"):  # the flush alone cannot say why
+        txn.flush(1)
+    assert txn.failure is None  # the purged record is not taken for a record the broker rejected
+    txn.abort()  # what the stream thread's recovery does next
+    assert txn.fenced and isinstance(txn.abort_failure, TaskMigratedError)
+    assert "was fenced during abort_transaction" in str(txn.abort_failure)
+
+
 def test_a_record_the_broker_rejects_fails_the_transaction_and_stops_the_thread(fake: type[FakeProducer]) -> None:
     """Not TaskCorruptedError: re-processing would fail the same record again, for ever. The error names the
     input records the rejected one may come from (what the stream thread's tasks processed in the transaction)."""
