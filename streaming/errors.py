@@ -65,3 +65,14 @@ class InvalidStateStoreError(StreamsError):
 class UnknownStateStoreError(StreamsError):
     """No state store of that name exists in the topology (the message lists the known stores).
     Not retriable, unlike :class:`InvalidStateStoreError`."""
+
+
+class TaskTimeoutError(StreamsError):
+    """A task made no progress for ``task.timeout.ms``: what it waits for from the broker (its committed offsets,
+    the end of its stream-time partition, a changelog's end) kept failing (Kafka Streams' ``TimeoutException``
+    wrapped in a ``StreamsException``). The message names the task, the topic and partition, and how long it
+    waited; ``task_id`` says which task."""
+
+    def __init__(self, message: str, task_id: str) -> None:
+        super().__init__(message)
+        self.task_id = task_id
