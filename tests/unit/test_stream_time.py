@@ -217,26 +217,6 @@ def test_a_task_of_two_partitions_commits_each_partitions_processed_time_not_wha
     restarted.close()
 
 
-def test_recovery_takes_the_highest_of_metadata_and_the_stream_time_records_at_or_before_the_committed_offset(
-        tmp_path: Path) -> None:
-    collector = _Collector()
-    topology = windowed_count("in")
-    task = new_task(topology, tmp_path / "a", collector)
-    collector.producer.committed[("in", 0)] = TopicPartition("in", 0, 50, metadata=encode_offset_metadata(4_000))
-    records = [{("in", 0): (3_000, 30)}, {("in", 0): (6_000, 50)},
-               {("in", 0): (9_000, 80)}]  # written, then the offset commit failed (or the worker died)
-
-    class Recovery(StreamTimeRecovery):  # the topic's answer (read from a broker in the integration test)
-        def _read_topics(self, tasks: list[StreamTask],
-                         committed: dict[tuple[str, int], int]) -> dict[str, list[dict[tuple[str, int], tuple[int, int]]]]:
-            assert [t.stream_time_topic for t in tasks] == [stream_time_topic(APP, 0)]
-            return {"0_0": records}
-
-    Recovery(committed_of(collector), {"group.id": APP}, {0: stream_time_topic(APP, 0)}).recover([task])
-    assert task.stream_time == 6_000 and task.stream_time_topic == stream_time_topic(APP, 0)
-    task.close()
-
-
 def test_stream_time_records_past_the_committed_offset_or_of_an_uncommitted_partition_do_not_count() -> None:
     records = [{("a", 0): (100, 10), ("b", 0): (500, 3)}, {("a", 0): (900, 20), ("b", 0): (700, 4)}]
     assert time_at_offsets(records, {("a", 0): 15, ("b", 0): 4}) == {("a", 0): 100, ("b", 0): 700}
