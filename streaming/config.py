@@ -21,6 +21,7 @@ from streaming.errors import ConfigError
 from streaming.naming import MAX_NAME_LENGTH, is_legal_name
 from streaming.rdkafka_logging import RDKAFKA_LOGGER
 from streaming.runtime.error_handlers import resolve_handler  # depends on streaming.errors only
+from streaming.runtime.task_timeouts import DEFAULT_TASK_TIMEOUT_MS  # depends on streaming.errors only
 from streaming.serdes import Serde, resolve_serde
 from streaming.timestamps import RecordTimestampExtractor, TimestampExtractor, resolve_extractor
 
@@ -187,6 +188,11 @@ KEYS: dict[str, _Key] = {
     "processing.exception.handler": _Key(resolve_handler, "fail"),
     "production.exception.handler": _Key(resolve_handler, "fail"),
     "max.task.idle.ms": _Key(_int(-1), 0),
+    # Kafka Streams' task.timeout.ms (KIP-572): how long a new task may make no progress because the broker does
+    # not answer what it needs (its committed offsets, the end of its stream-time partition, a changelog's end)
+    # before the stream thread fails; until then the task is retried and the thread's other tasks process
+    # (streaming/runtime/task_timeouts.py). 0: fail at the second failure.
+    "task.timeout.ms": _Key(_int(0), DEFAULT_TASK_TIMEOUT_MS),
     # Backpressure (README "Throttling and backpressure"): a partition whose task buffers this many records
     # is paused until its buffer is half drained; one loop iteration processes buffered records for at most
     # max.poll.processing.ms (0: no cap) before it polls, punctuates and commits again; the instance takes

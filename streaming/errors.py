@@ -72,3 +72,14 @@ class UnknownStateStoreError(StreamsError):
 class StateDirectoryLockedError(StreamsError):
     """Another process (or another instance in this process) holds the lock of the state directory
     ``<state.dir>/<application.id>``: each running instance of an app needs a ``state.dir`` of its own."""
+
+
+class TaskTimeoutError(StreamsError):
+    """A task made no progress for ``task.timeout.ms``: what it waits for from the broker (its committed offsets,
+    the end of its stream-time partition, a changelog's end) kept failing (Kafka Streams' ``TimeoutException``
+    wrapped in a ``StreamsException``). The message names the task, the topic and partition, and how long it
+    waited; ``task_id`` says which task."""
+
+    def __init__(self, message: str, task_id: str) -> None:
+        super().__init__(message)
+        self.task_id = task_id

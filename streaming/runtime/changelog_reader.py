@@ -19,6 +19,7 @@ from streaming.errors import StreamsError
 from streaming.metrics.collector import RestoreSample
 from streaming.runtime.client_configs import restore_consumer_config
 from streaming.runtime.snapshots import NoSnapshots, SnapshotSource, seed_from_snapshots
+from streaming.runtime.task_timeouts import DEFAULT_TASK_TIMEOUT_MS, TaskTimeouts, is_transient
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +59,13 @@ class StoreChangelogReader:
     """Restores registered changelog partitions; ``restore()`` returns tasks whose stores are all done."""
 
     def __init__(self, consumer_config: dict[str, Any], listener: StateRestoreListener | None,
-                 snapshots: SnapshotSource | None = None) -> None:
+                 snapshots: SnapshotSource | None = None, timeouts: TaskTimeouts | None = None) -> None:
         self._config = restore_consumer_config(consumer_config)  # security included, group settings not
         self._group = self._config["group.id"]
         self._consumer = Consumer(self._config)
         self._listener = listener
         self._snapshots = snapshots or NoSnapshots()
+        self._timeouts = timeouts or TaskTimeouts(DEFAULT_TASK_TIMEOUT_MS)  # the thread's task.timeout.ms deadlines
         self._restoring: dict[TP, _Restoring] = {}
         self._pending_tasks: dict[str, set[TP]] = {}
         # Of a task still restoring other stores: where its completed stores ended (for its checkpoint).
@@ -152,15 +154,29 @@ class StoreChangelogReader:
     def _verify_silent_starts(self) -> None:
         """A restore that got neither records nor EOF for a while may start past the changelog's end: Kafka
         answers such a fetch with OFFSET_OUT_OF_RANGE, but the embedded broker answers it with nothing at
-        all, which would leave the task restoring forever. Compare the start with the true end, once."""
+        all, which would leave the task restoring forever. Compare the start with the true end, once. If the broker
+        does not tell the end, look again STALL_SECONDS later, under task.timeout.ms (Kafka Streams rethrows a
+        timeout of the changelog reader's offset lookups "to trigger task.timeout.ms")."""
         now = time.monotonic()
         silent = [tp for tp, state in self._restoring.items()
                   if not state.started and not state.start_verified and now - state.began_at > STALL_SECONDS]
         if not silent:
             return
-        ends = self.end_offsets(silent)
+        try:
+            ends = self.end_offsets(silent)
+        except KafkaException as exc:
+            if not is_transient(exc):
+                raise
+            for tp in silent:
+                state = self._restoring[tp]
+                state.began_at = now
+                self._timeouts.failed(state.task, state.task.id, f"cannot read the end of changelog {tp[0]}[{tp[1]}] "
+                                                                 f"to check where store {state.store.name!r} restores "
+                                                                 f"from (offset {state.start}): {exc}")
+            return
         for tp in silent:
             state = self._restoring[tp]
+            self._timeouts.progressed(state.task)
             state.start_verified = True
             if state.start > ends[tp]:
                 state.position = state.start
@@ -278,7 +294,8 @@ class StoreChangelogReader:
             while len(ends) < len(tps):
                 if time.monotonic() > deadline:
                     missing = sorted(set(tps) - set(ends))
-                    raise KafkaException(f"no partition EOF for changelogs {missing} within {timeout} s")
+                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                                    f"no partition EOF for changelogs {missing} within {timeout} s"))
                 for message in reader.consume(10_000, 0.1):
                     error = message.error()
                     tp = (message.topic(), message.partition())

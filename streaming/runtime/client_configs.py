@@ -41,9 +41,12 @@ def restore_consumer_config(consumer_config: Mapping[str, Any]) -> dict[str, Any
 
 def stream_time_reader_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
     """The reader of the stream-time topics (by assign(), a partition's tail to partition EOF, when tasks are
-    created): the restore consumer's settings, starting at the earliest offset where a start is gone."""
+    created): the restore consumer's settings, starting at the earliest offset where a start is gone. Its
+    ``client.id`` (the user's, or the application id, with ``-stream-time-reader``) tells its requests apart in
+    the broker's logs and quotas, as Kafka Streams names each client of a thread."""
+    prefix = consumer_config.get("client.id") or consumer_config["group.id"]
     return {**restore_consumer_config(consumer_config), "auto.offset.reset": "earliest",
-            "group.id": f"{consumer_config['group.id']}-stream-time"}
+            "group.id": f"{consumer_config['group.id']}-stream-time", "client.id": f"{prefix}-stream-time-reader"}
 
 
 def global_consumer_config(consumer_config: Mapping[str, Any], application_id: str) -> dict[str, Any]:

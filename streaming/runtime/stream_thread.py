@@ -27,6 +27,7 @@ from streaming.runtime.stream_time import StreamTimeRecovery, stream_time_topics
 from streaming.runtime.streams_producer import streams_producer
 from streaming.runtime.task import StreamTask
 from streaming.runtime.task_manager import TaskManager, as_pairs
+from streaming.runtime.task_timeouts import TaskTimeouts
 from streaming.runtime.transactions import TransactionalProducer
 from streaming.topology.topology import Topology
 
@@ -87,13 +88,14 @@ class StreamThread(threading.Thread):
             or is_stream_time_topic(config.application_id, topic))
         self.errors = self.collector.errors = configured_handlers(
             config, DeadLetterWriter(config.application_id, dlq, self.collector.send))
+        task_timeouts = TaskTimeouts(config["task.timeout.ms"])  # a new task the broker holds up is retried
         self.changelog_reader = StoreChangelogReader(
-            config.consumer_config(), restore_listener, snapshots)
+            config.consumer_config(), restore_listener, snapshots, task_timeouts)
         self.tasks = TaskManager(topology, config, self.collector, wall_clock_ms, self.changelog_reader,
                                  partition_counts, directory=directory, hosts_standbys=hosts_standbys,
                                  errors=self.errors, stream_times=StreamTimeRecovery(
                                      self.consumer.committed, config.consumer_config(),
-                                     stream_time_topics(topology, config.application_id)))
+                                     stream_time_topics(topology, config.application_id), timeouts=task_timeouts))
         self.collector.name_inputs(self._uncommitted_inputs)
         self._offset_resets = self.tasks.offset_resets()
         self._cooperative = "cooperative" in config.consumer_config().get("partition.assignment.strategy", "")

@@ -47,6 +47,7 @@ import logging
 import struct
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -54,6 +55,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from streaming.errors import StreamsError
 from streaming.naming import stream_time_topic
 from streaming.runtime.client_configs import stream_time_reader_config
+from streaming.runtime.task_timeouts import DEFAULT_TASK_TIMEOUT_MS, TaskTimeouts, is_transient
 from streaming.topology.topology import Subtopology, Topology
 
 if TYPE_CHECKING:
@@ -73,8 +75,15 @@ MAX_METADATA_CHARS = 3_000
 RECORD_VERSION = 1  # the stream-time topic's value format ("operators" was added later: optional)
 UNKNOWN = -1  # no time known for a partition (Kafka Streams' RecordQueue.UNKNOWN)
 #: How many records at the end of a stream-time partition a new task reads first (see
-#: :meth:`StreamTimeRecovery._read_topics`): enough for the records of commits that failed after their write.
+#: :class:`StreamTimeRecovery`): enough for the records of commits that failed after their write.
 TAIL_RECORDS = 1_000
+#: The longest one call to the broker made while tasks are created may hold up the stream thread (the committed
+#: offsets); a call that takes longer is made again at the next poll, under ``task.timeout.ms``.
+CALL_TIMEOUT_S = 10.0
+#: How long a new reader waits for the metadata of its topic before its first reads (normally ~10 ms; without it
+#: librdkafka starts a read at the tail 500 ms later). A broker slower than this only costs those 500 ms.
+METADATA_WAIT_S = 1.0
+_OFFSET_TAIL_BASE = -2000  # librdkafka's RD_KAFKA_OFFSET_TAIL_BASE: offset _OFFSET_TAIL_BASE - n is "n before the end"
 _LONG = struct.Struct(">q")
 _INT = struct.Struct(">i")
 
@@ -220,49 +229,153 @@ def stream_time_topics(topology: Topology, application_id: str) -> dict[int, str
             if keeps_stream_time(topology, sub)}
 
 
+class _NotAnswered(Exception):
+    """The broker did not answer a call in time: the task asks again at the next poll (task.timeout.ms)."""
+
+
+@dataclass(eq=False)
+class _TailRead:
+    """The read of one task's stream-time partition: its tail (the last :data:`TAIL_RECORDS` records) first, then
+    further back, span by span, while none of the records read is at or before a committed offset of the task."""
+
+    task: StreamTask
+    tp: TP
+    committed: dict[TP, int]  # the group's committed offsets of the task's partitions
+    from_metadata: dict[TP, int]  # the partition times in their metadata
+    observed_metadata: dict[TP, dict[str, int]]  # the node times in their metadata
+    started: float  # when the task asked (monotonic s)
+    start: int | None = None  # the span's first offset; None: the tail's, known from its first record or its EOF
+    stop: int | None = None  # where the span ends; None: at partition EOF
+    position: int | None = None  # the next offset of the span to read, once a record came
+    span: list[StreamTimeRecord] = field(default_factory=list)  # the records of this span read so far
+    records: list[StreamTimeRecord] = field(default_factory=list)  # those of the later spans, read before
+    moved: bool = False  # a record or partition EOF came since the last poll
+    problem: str = ""  # what the reader last said went wrong (a transient error)
+
+    def where(self) -> str:
+        """Which offset the read waits for, for the message of a task that makes no progress."""
+        at = self.position if self.position is not None else self.start
+        span = "its tail" if self.stop is None else f"offsets {self.start}..{self.stop - 1}"
+        return f"{span}, {'no record yet' if at is None else f'read up to offset {at}'}"
+
+
 class StreamTimeRecovery:
-    """Gives newly created tasks the stream time they had at their last commit.
+    """Gives newly created tasks the stream time they had at their last commit, without holding up the stream thread.
 
     ``committed(partitions, timeout)`` is the main consumer's ``committed`` (the group's offsets with their
-    metadata). ``topics``: the stream-time topic per sub-topology id (:func:`stream_time_topics`).
+    metadata). ``topics``: the stream-time topic per sub-topology id (:func:`stream_time_topics`). ``timeout``: the
+    longest one call to the broker may block the thread (the committed offsets). ``timeouts``: the thread's
+    ``task.timeout.ms`` deadlines (:mod:`streaming.runtime.task_timeouts`).
+
+    :meth:`start` asks for the new tasks' committed offsets and starts reading their stream-time partitions;
+    :meth:`poll`, at each iteration of the thread's loop, takes what the reader fetched meanwhile and initializes the
+    tasks whose read is complete; :meth:`waits_for` says whether a task still waits (its input stays paused, the
+    thread's other tasks process). A task the broker does not answer for is retried at the next poll — its committed
+    offsets asked again, its read going on where it was — until ``task.timeout.ms`` passes without progress (Kafka
+    Streams, KIP-572: a ``TimeoutException`` in ``StreamTask.initializeMetadata`` is rethrown "to trigger
+    task.timeout.ms" and the task retried by ``TaskManager.tryToCompleteRestoration``). :meth:`recover` does it all
+    at once.
     """
 
     def __init__(self, committed: Callable[..., list[TopicPartition]], consumer_config: dict[str, Any],
-                 topics: dict[int, str], timeout: float = 30.0) -> None:
+                 topics: dict[int, str], timeout: float = CALL_TIMEOUT_S, *,
+                 timeouts: TaskTimeouts | None = None) -> None:
         self._committed = committed
         self._reader_config = stream_time_reader_config(consumer_config)
         self._topics = topics
         self._timeout = timeout
+        self._timeouts = timeouts or TaskTimeouts(DEFAULT_TASK_TIMEOUT_MS)
+        self._unasked: dict[str, tuple[StreamTask, float]] = {}  # tasks whose committed offsets are to be read
+        self._reads: dict[TP, _TailRead] = {}  # per stream-time partition being read, the read of its task
+        self._reader: Consumer | None = None  # while there are reads
 
     def recover(self, tasks: Iterable[StreamTask]) -> None:
-        """Attach each task to its stream-time topic (if its sub-topology keeps one) and initialize its partition
-        times: per input partition, the highest of the committed offset's metadata and the stream-time topic's
-        records at or before that offset; and its node times (:meth:`StreamTask.observed_stream_time`) the same
-        way, from the metadata and the records whose offsets are all committed."""
+        """All at once: :meth:`start`, then :meth:`poll` until every task has its stream time (or a task made no
+        progress for ``task.timeout.ms``: :class:`~streaming.errors.TaskTimeoutError`)."""
         tasks = list(tasks)
-        if not tasks:
-            return
-        started = time.monotonic()
+        self.start(tasks)
+        while any(self.waits_for(task) for task in tasks):
+            self.poll(0.1)
+
+    def start(self, tasks: Iterable[StreamTask]) -> None:
+        """Attach each task to its stream-time topic (if its sub-topology keeps one) and start initializing its
+        partition times: per input partition, the highest of the committed offset's metadata and the stream-time
+        topic's records at or before that offset. A task without a stream-time topic is done once its committed
+        offsets are read (here, unless the broker does not answer)."""
+        now = time.monotonic()
         for task in tasks:
             task.stream_time_topic = self._topics.get(task.subtopology.id)
-        offsets, from_metadata, observed_metadata = self._read_committed(tasks)
-        records = self._read_topics([task for task in tasks if task.stream_time_topic is not None], offsets)
+            self._unasked[task.id] = (task, now)
+        if self._unasked:
+            self._ask_committed()
+
+    def poll(self, timeout: float) -> None:
+        """Go on with the tasks that wait: ask again for the committed offsets the broker did not give, take what the
+        reader fetched (waiting at most ``timeout`` s for it), initialize the tasks whose read is complete. Each task
+        that made no progress counts against its ``task.timeout.ms``; one past it raises
+        :class:`~streaming.errors.TaskTimeoutError`."""
+        if self._unasked:
+            self._ask_committed()
+        if self._reads:
+            self._take(timeout)
+
+    def waits_for(self, task: StreamTask) -> bool:
+        """Whether ``task`` still waits for its stream time."""
+        unasked = self._unasked.get(task.id)
+        read = self._reads.get((task.stream_time_topic, task.partition)) if task.stream_time_topic else None
+        return (unasked is not None and unasked[0] is task) or (read is not None and read.task is task)
+
+    def cancel(self, task: StreamTask) -> None:
+        """Forget ``task`` (closed before its stream time was read)."""
+        if task.id in self._unasked and self._unasked[task.id][0] is task:
+            del self._unasked[task.id]
+        tp = (task.stream_time_topic, task.partition)
+        read = self._reads.get(tp)  # type: ignore[arg-type]
+        if read is not None and read.task is task:
+            self._end_read(read)
+
+    def _ask_committed(self) -> None:
+        tasks = [task for task, _ in self._unasked.values()]
+        try:
+            offsets, from_metadata, observed_metadata = self._read_committed(tasks)
+        except _NotAnswered as exc:
+            for task in tasks:
+                self._timeouts.failed(task, task.id, f"cannot read the committed offsets of {sorted(task.partitions)} "
+                                                     f"to initialize its stream time: {exc}")
+            return
+        reads = []
         for task in tasks:
+            _, started = self._unasked.pop(task.id)
+            self._timeouts.progressed(task)
             committed = {tp: offsets[tp] for tp in task.partitions if tp in offsets}
-            stored = time_at_offsets(records.get(task.id, []), committed)
-            times = {tp: max(from_metadata.get(tp, UNKNOWN), stored.get(tp, UNKNOWN)) for tp in task.partitions}
-            observed: dict[str, int] = {}
-            for tp in committed:
-                merge_max(observed, observed_metadata.get(tp, {}))
-            merge_max(observed, observed_at_offsets(records.get(task.id, []), committed))
-            task.initialize_stream_time(times, committed, observed)
-            if any(ts != UNKNOWN for ts in times.values()):
-                log.info("task %s goes on from stream time %d (partition times %s; from the commit metadata: %s, "
-                         "from %s: %s; node times %s)", task.id, max(times.values()), times,
-                         {tp: ts for tp, ts in from_metadata.items() if tp in committed},
-                         task.stream_time_topic, stored or "none", observed or "none")
-        log.info("stream time of tasks %s read in %.0f ms", sorted(task.id for task in tasks),
-                 (time.monotonic() - started) * 1000)
+            observed = {tp: times for tp, times in observed_metadata.items() if tp in committed}
+            if task.stream_time_topic is None:
+                self._initialize(task, committed, from_metadata, observed, [], started)
+            else:
+                reads.append(_TailRead(task, (task.stream_time_topic, task.partition), committed,
+                                       {tp: ts for tp, ts in from_metadata.items() if tp in committed}, observed,
+                                       started))
+        self._begin_reads(reads)
+
+    def _initialize(self, task: StreamTask, committed: dict[TP, int], from_metadata: dict[TP, int],
+                    observed_metadata: dict[TP, dict[str, int]], records: list[StreamTimeRecord],
+                    started: float) -> None:
+        """Per input partition, the highest of the committed offset's metadata and the stream-time records at or
+        before that offset; and the task's node times (:meth:`StreamTask.observed_stream_time`) the same way, from
+        the metadata and the records whose offsets are all committed."""
+        stored = time_at_offsets(records, committed)
+        times = {tp: max(from_metadata.get(tp, UNKNOWN), stored.get(tp, UNKNOWN)) for tp in task.partitions}
+        observed: dict[str, int] = {}
+        for tp in committed:
+            merge_max(observed, observed_metadata.get(tp, {}))
+        merge_max(observed, observed_at_offsets(records, committed))
+        task.initialize_stream_time(times, committed, observed)
+        if any(ts != UNKNOWN for ts in times.values()):
+            log.info("task %s goes on from stream time %d (partition times %s; from the commit metadata: %s, "
+                     "from %s: %s; node times %s)", task.id, max(times.values()), times,
+                     {tp: ts for tp, ts in from_metadata.items() if tp in committed},
+                     task.stream_time_topic, stored or "none", observed or "none")
+        log.info("stream time of task %s read in %.0f ms", task.id, (time.monotonic() - started) * 1000)
 
     def _read_committed(self, tasks: list[StreamTask]) -> tuple[dict[TP, int], dict[TP, int], dict[TP, dict[str, int]]]:
         """The group's committed offsets of the tasks' partitions, and the partition times and node times in their
@@ -271,6 +384,8 @@ class StreamTimeRecovery:
         try:
             committed = self._committed([TopicPartition(*tp) for tp in partitions], timeout=self._timeout)
         except KafkaException as exc:
+            if is_transient(exc):
+                raise _NotAnswered(str(exc)) from exc
             raise StreamsError(f"cannot read the committed offsets of {sorted(partitions)} to initialize the stream "
                                f"time of tasks {sorted(task.id for task in tasks)}: {exc}") from exc
         owner = {tp: task.id for task in tasks for tp in task.partitions}
@@ -283,84 +398,102 @@ class StreamTimeRecovery:
                     tp.metadata, f"task {owner.get(pair)} {tp.topic}[{tp.partition}]")
         return offsets, times, observed
 
-    def _read_topics(self, tasks: list[StreamTask],
-                     committed: dict[TP, int]) -> dict[str, list[StreamTimeRecord]]:
-        """The records of the tasks' stream-time partitions that can decide their time, per task id: the tail of
-        each partition (its last TAIL_RECORDS records), read further back only while the tail holds no record at
-        or before a committed offset of the task, so a restart reads a bounded amount however long the topic grew
-        (the embedded broker never compacts it). The latest such record carries the task's time: partition time
-        only grows, and a task restarts from the time of the latest record that counted.
+    # -- the reads of the stream-time partitions ----------------------------------------------------------------
+    # A new task reads the tail of its partition (its last TAIL_RECORDS records), further back only while the tail
+    # holds no record at or before a committed offset of the task, so a restart reads a bounded amount however long
+    # the topic grew (the embedded broker never compacts it). The latest such record carries the task's time:
+    # partition time only grows, and a task restarts from the time of the latest record that counted.
+    #
+    # The end is partition EOF (the fetched high watermark). The tail starts at librdkafka's logical offset
+    # OFFSET_TAIL(TAIL_RECORDS): ListOffsets "latest" minus TAIL_RECORDS, at least 0, asked by the reader itself so
+    # that nothing blocks the thread (on the embedded broker "latest" is a lower bound of the end, so the tail is at
+    # least as long). One reader serves every read of the thread; it lives while there are reads.
 
-        The end is read from partition EOF (the fetched high watermark); ListOffsets "latest" only places the
-        tail's start (on the embedded broker it is a lower bound of the end, so the tail is at least as long)."""
-        if not tasks:
-            return {}
-        wanted = {(task.stream_time_topic, task.partition): task for task in tasks}
-        reader = Consumer(self._reader_config)
-        try:
-            starts = {tp: max(0, self._end_hint(reader, tp) - TAIL_RECORDS) for tp in wanted}
-            ends: dict[tuple[str, int], int] = {}
-            records: dict[str, list[StreamTimeRecord]] = {}
-            while starts:
-                read, ends_read = self._read_from(reader, starts, ends, {task.id for task in tasks})
-                ends.update(ends_read)
-                further = {}
-                for tp, start in starts.items():
-                    task = wanted[tp]
-                    records[task.id] = read.get(task.id, []) + records.get(task.id, [])
-                    task_committed = {p: committed[p] for p in task.partitions if p in committed}
-                    if start > 0 and task_committed and not time_at_offsets(records[task.id], task_committed):
-                        further[tp] = max(0, start - (ends[tp] - start) * 4)
-                        ends[tp] = start  # the next round reads the span before this one
-                starts = further
-        finally:
+    def _begin_reads(self, reads: list[_TailRead]) -> None:
+        if not reads:
+            return
+        if self._reader is None:
+            self._reader = Consumer(self._reader_config)
+        for topic in sorted({read.tp[0] for read in reads}):
+            try:  # librdkafka resolves a logical offset at once when it knows the partition's leader, else 500 ms later
+                self._reader.list_topics(topic, timeout=METADATA_WAIT_S)
+            except KafkaException as exc:
+                log.debug("no metadata of %s for the stream-time reader yet (%s); it asks again itself", topic, exc)
+        for read in reads:
+            self._reads[read.tp] = read
+        self._reader.incremental_assign([TopicPartition(*read.tp, _OFFSET_TAIL_BASE - TAIL_RECORDS) for read in reads])
+
+    def _end_read(self, read: _TailRead) -> None:
+        del self._reads[read.tp]
+        assert self._reader is not None
+        self._reader.incremental_unassign([TopicPartition(*read.tp)])
+        if not self._reads:
+            reader, self._reader = self._reader, None
             reader.close()
-        return records
 
-    def _end_hint(self, reader: Consumer, tp: tuple[str, int]) -> int:
-        """The partition's end offset as ListOffsets answers it (a lower bound on the embedded broker); 0 when
-        it cannot be read (the tail is then the whole partition)."""
-        try:
-            return max(reader.get_watermark_offsets(TopicPartition(*tp), timeout=self._timeout, cached=False)[1], 0)
-        except KafkaException as exc:
-            log.warning("cannot read the end offset of %s[%d] (%s): reading it from the beginning", tp[0], tp[1], exc)
-            return 0
+    def _take(self, timeout: float) -> None:
+        """Apply what the reader fetched: records to their span, a span's end (partition EOF, or a record past its
+        stop) to its read, which is then complete or goes further back."""
+        assert self._reader is not None
+        ended: dict[TP, int] = {}  # reads whose span ended in this batch: the span's end
+        for message in self._reader.consume(10_000, timeout):
+            tp = (message.topic(), message.partition())
+            read = self._reads.get(tp)
+            if read is None or tp in ended:  # not read (any more), or the rest of a span that just ended
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    read.moved = True
+                    ended[tp] = message.offset() if read.stop is None else min(message.offset(), read.stop)
+                elif is_transient(error):
+                    read.problem = error.str()
+                else:
+                    raise StreamsError(f"cannot read the stream time of task {read.task.id} from {tp[0]}[{tp[1]}]: "
+                                       f"{error.str()}")
+                continue
+            read.moved = True
+            offset = message.offset()
+            if read.start is None:
+                read.start = offset
+            if read.stop is not None and offset >= read.stop:
+                ended[tp] = read.stop
+                continue
+            read.position = offset + 1
+            task_id = message.key().decode() if message.key() is not None else None
+            if task_id == read.task.id:
+                read.span.append(decode_record(message.value(), f"{tp[0]}[{tp[1]}] offset {offset}"))
+        for tp, end in ended.items():
+            self._end_span(self._reads[tp], end)
+        for read in list(self._reads.values()):
+            if read.moved:
+                read.moved = False
+                self._timeouts.progressed(read.task)
+            else:
+                self._timeouts.failed(read.task, read.task.id, self._stalled(read))
 
-    def _read_from(self, reader: Consumer, starts: dict[tuple[str, int], int], stops: dict[tuple[str, int], int],
-                   ids: set[str]) -> tuple[dict[str, list[StreamTimeRecord]], dict[tuple[str, int], int]]:
-        """The records of each stream-time partition from its start to its stop (partition EOF where there is no
-        stop), per task id, and each partition's end: its EOF offset, or its stop."""
-        reader.assign([TopicPartition(topic, partition, start) for (topic, partition), start in starts.items()])
-        pending = set(starts)
-        ends: dict[tuple[str, int], int] = {}
-        records: dict[str, list[StreamTimeRecord]] = {}
-        deadline = time.monotonic() + self._timeout
-        try:
-            while pending:
-                if time.monotonic() > deadline:
-                    raise StreamsError(f"cannot read the stream time of tasks {sorted(ids)}: no end of "
-                                       f"{sorted(pending)} within {self._timeout:.0f} s")
-                for message in reader.consume(10_000, 0.1):
-                    tp = (message.topic(), message.partition())
-                    if tp not in pending:
-                        continue
-                    error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            pending.discard(tp)
-                            ends[tp] = message.offset()
-                            continue
-                        raise StreamsError(f"cannot read the stream time of tasks {sorted(ids)} from "
-                                           f"{tp[0]}[{tp[1]}]: {error.str()}")
-                    if tp in stops and message.offset() >= stops[tp]:
-                        pending.discard(tp)
-                        ends[tp] = stops[tp]
-                        continue
-                    task_id = message.key().decode() if message.key() is not None else None
-                    if task_id not in ids:
-                        continue
-                    records.setdefault(task_id, []).append(
-                        decode_record(message.value(), f"{tp[0]}[{tp[1]}] offset {message.offset()}"))
-        finally:
-            reader.unassign()
-        return records, ends
+    def _end_span(self, read: _TailRead, end: int) -> None:
+        """The span of ``read`` was read up to ``end``: initialize the task, or read the span before (four times
+        as long) if nothing read so far counts."""
+        if read.start is None:  # an empty tail
+            read.start = end
+        read.records = read.span + read.records
+        read.span = []
+        if read.start > 0 and read.committed and not time_at_offsets(read.records, read.committed):
+            length = max(end - read.start, TAIL_RECORDS)
+            read.stop, read.start, read.position = read.start, max(0, read.start - length * 4), None
+            assert self._reader is not None
+            self._reader.incremental_unassign([TopicPartition(*read.tp)])
+            self._reader.incremental_assign([TopicPartition(*read.tp, read.start)])
+            return
+        self._end_read(read)
+        self._initialize(read.task, read.committed, read.from_metadata, read.observed_metadata, read.records,
+                         read.started)
+
+    def _stalled(self, read: _TailRead) -> str:
+        assert self._reader is not None
+        _, high = self._reader.get_watermark_offsets(TopicPartition(*read.tp), cached=True) or (-1, -1)
+        end = f"; the broker's last answer put its end at {high}" if high >= 0 else ""
+        problem = f"; the reader says: {read.problem}" if read.problem else ""
+        return (f"cannot read its stream time from {read.tp[0]}[{read.tp[1]}]: no partition EOF ({read.where()}"
+                f"{end}){problem}")

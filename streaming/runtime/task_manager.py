@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from streaming.config import StreamsConfig
 from streaming.metrics.histogram import Histogram
 from streaming.runtime import checkpoint
@@ -16,6 +18,7 @@ from streaming.runtime.record_collector import RecordCollector
 from streaming.runtime.state_directory import StateDirectory, remove_path
 from streaming.runtime.stream_time import StreamTimeRecovery
 from streaming.runtime.task import StreamTask, TopicPartition, task_id_of
+from streaming.runtime.task_timeouts import is_transient
 from streaming.state.caching import cache_budget
 from streaming.topology.topology import Subtopology, Topology
 
@@ -56,7 +59,9 @@ class TaskManager:
         self.suspended: dict[str, StreamTask] = {}
         self._suspended_ends: dict[str, dict[TopicPartition, int]] = {}  # their changelogs' ends when suspended
         self.standby: dict[str, StreamTask] = {}  # warm copies of other instances' tasks
-        self._waiting: dict[str, StreamTask] = {}  # assigned, waiting for their directory (held by a standby)
+        # Assigned, not opened yet: waiting for their stream time (read from the broker) or their directory (held by
+        # a standby).
+        self._waiting: dict[str, StreamTask] = {}
         # One thread of an instance keeps its standby copies, of the tasks no thread of it runs.
         self._standby_candidates = self._stateful_tasks(partition_counts or {}) \
             if config["num.standby.replicas"] > 0 and hosts_standbys else {}
@@ -125,7 +130,7 @@ class TaskManager:
                 self.task_of[tp] = task
             created.append(task)
         if self._stream_times is not None:
-            self._stream_times.recover(created)
+            self._stream_times.start(created)
         for task in created:
             if not self._open(task):
                 not_ready.extend(task.partitions)
@@ -143,7 +148,16 @@ class TaskManager:
         logged = [tp for ends in noted.values() for tp in ends]
         if not logged:
             return
-        now = self._reader.end_offsets(logged)
+        try:
+            now = self._reader.end_offsets(logged)
+        except KafkaException as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("cannot read the ends of the changelogs of suspended tasks %s (%s): closing them; each "
+                        "restores what its changelogs gained since it was suspended", sorted(noted), exc)
+            for task_id in noted:
+                self._close_suspended(self.suspended[task_id])
+            return
         for task_id, ends in noted.items():
             if any(now[tp] != end for tp, end in ends.items()):
                 log.info("suspended task %s: its changelogs moved on since it was suspended (%s -> %s); it is "
@@ -160,8 +174,11 @@ class TaskManager:
         log.info("resumed suspended task %s for partitions %s (nothing to restore)", task.id, task.partitions)
 
     def _open(self, task: StreamTask) -> bool:
-        """Open the task's stores once its directory is free, then start restoring them, or processing when
-        there is nothing to restore. True if the task can process now."""
+        """Open the task's stores once its stream time is read and its directory is free, then start restoring
+        them, or processing when there is nothing to restore. True if the task can process now."""
+        if self._stream_times is not None and self._stream_times.waits_for(task):
+            self._waiting[task.id] = task  # restore() looks again; under task.timeout.ms (StreamTimeRecovery.poll)
+            return False
         self._close_standby(task.id)  # this thread's own copy: its checkpoint lets the task restore only the tail
         if not self._directory.lock_active(task.id, self):
             if task.id not in self._waiting:
@@ -227,8 +244,10 @@ class TaskManager:
             self._close_standby(task_id)
 
     def restore(self, max_records: int, timeout: float) -> list[StreamTask]:
-        """Open the tasks whose directory was released, continue restoring; return the tasks that can
-        process now (initialized)."""
+        """Go on reading new tasks' stream times, open the tasks whose stream time is read and whose directory
+        was released, continue restoring; return the tasks that can process now (initialized)."""
+        if self._stream_times is not None:
+            self._stream_times.poll(timeout)
         ready = [task for task in list(self._waiting.values()) if self._open(task)]
         for task in self._reader.restore(max_records, timeout):
             if self.tasks.get(task.id) is task:
@@ -377,10 +396,12 @@ class TaskManager:
         re-created from the last committed offsets and restored from their changelogs."""
         partitions = sorted(self.task_of)
         for task in list(self.tasks.values()):
+            opened = task.id not in self._waiting  # one not opened yet wrote nothing, and another may hold its directory
             self._close(task, clean=False)
-            remove_path(task.state.task_dir, inside=task.state.app_dir)
-            self._directory.unlock(task.id, self)
-            log.info("wiped the local state of task %s (%s)", task.id, task.state.task_dir)
+            if opened:
+                remove_path(task.state.task_dir, inside=task.state.app_dir)
+                self._directory.unlock(task.id, self)
+                log.info("wiped the local state of task %s (%s)", task.id, task.state.task_dir)
         return partitions
 
     def _owners(self, partitions: list[TopicPartition]) -> list[StreamTask]:
@@ -395,6 +416,8 @@ class TaskManager:
         """Close the task (not its directory lock: the caller releases it once the checkpoint is written)."""
         if not task.initialized:
             self._reader.unregister(task.id)
+        if self._stream_times is not None:
+            self._stream_times.cancel(task)
         self._waiting.pop(task.id, None)
         self.tasks.pop(task.id, None)
         for tp in task.partitions:

@@ -10,7 +10,7 @@ from confluent_kafka import Producer, TopicPartition
 
 from streaming.admin import create_topics
 from streaming.runtime import stream_time
-from streaming.runtime.stream_time import TAIL_RECORDS, StreamTimeRecovery, encode_record
+from streaming.runtime.stream_time import TAIL_RECORDS, StreamTimeRecovery, encode_offset_metadata, encode_record
 
 pytestmark = pytest.mark.integration
 
@@ -66,3 +66,23 @@ def test_a_new_task_reads_the_tail_and_further_back_only_when_the_tail_has_no_re
     # Task 0_0: its tail (TAIL_RECORDS, and up to a batch more where ListOffsets answers low); task 0_1: its tail,
     # then the 4 x TAIL_RECORDS before it. Not the 10,000 records of the two partitions.
     assert len(read) <= 6 * TAIL_RECORDS + 200 < total, f"read {len(read)} of {total} stream-time records"
+
+
+def test_recovery_takes_the_highest_of_metadata_and_the_stream_time_records_at_or_before_the_committed_offset(
+        bootstrap: str, unique_name: str) -> None:
+    topic, source = f"{unique_name}-0-stream-time", f"{unique_name}-in"
+    create_topics(bootstrap, {topic: 1})
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for times in ({(source, 0): (3_000, 30)}, {(source, 0): (6_000, 50)},
+                  {(source, 0): (9_000, 80)}):  # written, then the offset commit failed (or the worker died)
+        producer.produce(topic, encode_record(times), b"0_0", partition=0)
+    assert producer.flush(30) == 0
+
+    def committed_offsets(partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        return [TopicPartition(source, 0, 50, metadata=encode_offset_metadata(4_000))]
+
+    task = _Task("0_0", 0, [(source, 0)])
+    StreamTimeRecovery(committed_offsets, {"bootstrap.servers": bootstrap, "group.id": unique_name},
+                       {0: topic}).recover([task])
+    assert task.stream_time_topic == topic
+    assert task.times == {(source, 0): 6_000}  # the record at the committed offset beats the metadata's 4,000

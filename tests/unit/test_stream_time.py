@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TIMESTAMP_CREATE_TIME, Message, TopicPartition
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Message, Producer, TopicPartition
 
 from streaming import Materialized, Serdes, StreamsBuilder, StreamsConfig, TimeWindows
+from streaming.admin import create_topics
 from streaming.errors import StreamsError
 from streaming.naming import is_stream_time_topic, stream_time_topic
 from streaming.runtime import checkpoint
@@ -246,26 +247,6 @@ def test_a_task_of_two_partitions_commits_each_partitions_processed_time_not_wha
     restarted.close()
 
 
-def test_recovery_takes_the_highest_of_metadata_and_the_stream_time_records_at_or_before_the_committed_offset(
-        tmp_path: Path) -> None:
-    collector = _Collector()
-    topology = windowed_count("in")
-    task = new_task(topology, tmp_path / "a", collector)
-    collector.producer.committed[("in", 0)] = TopicPartition("in", 0, 50, metadata=encode_offset_metadata(4_000))
-    records = [StreamTimeRecord({("in", 0): (3_000, 30)}, {}), StreamTimeRecord({("in", 0): (6_000, 50)}, {}),
-               StreamTimeRecord({("in", 0): (9_000, 80)}, {})]  # written, then the offset commit failed
-
-    class Recovery(StreamTimeRecovery):  # the topic's answer (read from a broker in the integration test)
-        def _read_topics(self, tasks: list[StreamTask],
-                         committed: dict[tuple[str, int], int]) -> dict[str, list[StreamTimeRecord]]:
-            assert [t.stream_time_topic for t in tasks] == [stream_time_topic(APP, 0)]
-            return {"0_0": records}
-
-    Recovery(committed_of(collector), {"group.id": APP}, {0: stream_time_topic(APP, 0)}).recover([task])
-    assert task.stream_time == 6_000 and task.stream_time_topic == stream_time_topic(APP, 0)
-    task.close()
-
-
 def test_stream_time_records_past_the_committed_offset_or_of_an_uncommitted_partition_do_not_count() -> None:
     records = [StreamTimeRecord({("a", 0): (100, 10), ("b", 0): (500, 3)}, {"w": 400}),
                StreamTimeRecord({("a", 0): (900, 20), ("b", 0): (700, 4)}, {"w": 800})]
@@ -318,23 +299,26 @@ def test_a_new_task_goes_on_from_each_nodes_committed_time_not_the_tasks(tmp_pat
     restarted.close()
 
 
+@pytest.mark.integration
 def test_a_new_task_takes_its_node_times_from_the_stream_time_topic_where_the_broker_keeps_no_metadata(
-        tmp_path: Path) -> None:
+        tmp_path: Path, bootstrap: str, unique_name: str) -> None:
     collector = _Collector()
     topology = filtered_windowed_count()
     run_and_commit(topology, tmp_path / "a", collector, BEFORE_RESTART).close()
     [(_, value, _, _)] = collector.sent[stream_time_topic(APP, 0)]
     assert decode_record(value, "x") == StreamTimeRecord({("in", 0): (50_000, 3)}, {"wcounts": 2_500})
     collector.producer.committed[("in", 0)] = TopicPartition("in", 0, 3)  # the embedded broker: no metadata
-    uncommitted = StreamTimeRecord({("in", 0): (60_000, 9)}, {"wcounts": 9_000})  # its offsets were never committed
-
-    class Recovery(StreamTimeRecovery):  # the topic's answer (read from a broker in the integration test)
-        def _read_topics(self, tasks: list[StreamTask],
-                         committed: dict[tuple[str, int], int]) -> dict[str, list[StreamTimeRecord]]:
-            return {"0_0": [decode_record(value, "x"), uncommitted]}
+    uncommitted = encode_record({("in", 0): (60_000, 9)}, {"wcounts": 9_000})  # its offsets were never committed
+    topic = f"{unique_name}-0-stream-time"  # the topic's records, on a broker
+    create_topics(bootstrap, {topic: 1})
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for record in (value, uncommitted):
+        producer.produce(topic, record, b"0_0", partition=0)
+    assert producer.flush(30) == 0
 
     restarted = new_task(topology, tmp_path / "b", collector)
-    Recovery(committed_of(collector), {"group.id": APP}, {0: stream_time_topic(APP, 0)}).recover([restarted])
+    StreamTimeRecovery(committed_of(collector), {"bootstrap.servers": bootstrap, "group.id": unique_name},
+                       {0: topic}).recover([restarted])
     assert restarted.observed_times() == {"wcounts": 2_500}
     assert after_restart(restarted) == (1, 0)
     restarted.close()
