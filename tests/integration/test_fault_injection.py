@@ -294,7 +294,13 @@ def inject_faults(run: Run, bootstrap: str, unique_name: str, tmp_path: Path) ->
         workers.stop()
     finally:
         workers.kill_all()
-    account(run, bootstrap, app_id, source, sink, feeder.produced, workers.skipped(), outcome)
+    try:
+        account(run, bootstrap, app_id, source, sink, feeder.produced, workers.skipped(), outcome)
+    except AssertionError:
+        kept = ROOT / "test-artifacts" / f"fault-injection-{app_id}"
+        shutil.copytree(workers.dir, kept, ignore=shutil.ignore_patterns("state-*"), dirs_exist_ok=True)
+        print(f"run {run.name} failed: its workers' logs are kept in {kept}")
+        raise
     if run.standbys:
         assert any("created standby task" in workers.log(i).read_text() for i in range(run.workers))
     return outcome
@@ -340,9 +346,20 @@ def account(run: Run, bootstrap: str, app_id: str, source: str, sink: str, produ
     extra_emissions = collections.Counter()
     for po, times in emissions.items():
         extra_emissions[inputs[po].key.decode()] += times - 1
+    def history(key: str) -> str:
+        """What a failure shows of a key: its emissions and its changelog, in topic order (with the kills)."""
+        emitted = [(r.offset, r.value["count"], r.value["partition"], r.value["offset"]) for r in
+                   sorted(output, key=lambda r: (r.partition, r.offset)) if r.key == key]
+        logged = [(r.offset, r.value) for r in changelog if r.key == key]
+        return (f"; emissions (output offset, count, input partition, input offset): {emitted}; changelog (offset, "
+                f"count): {logged}; committed/produced at each kill: "
+                f"{list(zip(outcome.committed_at_kills, outcome.produced_at_kills, strict=True))}")
+    changelog = sorted(read_topic(bootstrap, changelog_topic(app_id, counting.STORE), Serdes.String(), Serdes.Long(),
+                                  PARTITIONS), key=lambda r: (r.partition, r.offset))
     for key, expected in oracle.items():
         assert expected <= final[key] <= expected + extra_emissions[key], \
-            f"run {run.name}: {key} counted {final[key]}, oracle {expected}, records emitted twice {extra_emissions[key]}"
+            f"run {run.name}: {key} counted {final[key]}, oracle {expected}, records emitted twice " \
+            f"{extra_emissions[key]}{history(key)}"
     # Each emission's count is the key's running count at its record, plus at most the key's double counts.
     rank, seen = {}, collections.Counter()
     for po in sorted(good):
@@ -352,7 +369,8 @@ def account(run: Run, bootstrap: str, app_id: str, source: str, sink: str, produ
     for r in output:
         po = (r.value["partition"], r.value["offset"])
         assert rank[po] <= r.value["count"] <= rank[po] + extra_emissions[r.key], \
-            f"run {run.name}: {r.key} at input {po} emitted count {r.value['count']}, running count {rank[po]}"
+            f"run {run.name}: {r.key} at input {po} emitted count {r.value['count']}, running count {rank[po]}" \
+            f"{history(r.key)}"
     # Which kill made each record be processed again: the first that found it produced but not committed.
     replaying = set()
     for (partition, offset), times in emissions.items():
