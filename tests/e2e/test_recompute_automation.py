@@ -202,6 +202,16 @@ def test_no_reprocessed_assets_no_sensor_or_schedule() -> None:
     assert schedules[0].execution_timezone == "UTC"
 
 
+def test_the_code_location_has_them_exactly_when_it_has_reprocessed_assets() -> None:
+    from assets.definitions import defs as location
+
+    keys = location.resolve_asset_graph().get_all_asset_keys()
+    reprocessed = any(key.path[0] == "reprocessed" for key in keys)
+    assert (RECOMPUTE_SENSOR in {s.name for s in location.sensors or []}) == reprocessed
+    assert (REPROCESS_SCHEDULE in {s.name for s in location.schedules or []}) == reprocessed
+    dg.Definitions.validate_loadable(defs)  # the stand-ins' location, with both
+
+
 def test_last_closed_day_is_the_archive_schedules_rule() -> None:
     assert last_closed_day(datetime(2024, 3, 10, 0, 14, tzinfo=UTC), 15) == (
         date(2024, 3, 8), datetime(2024, 3, 9, 0, 15, tzinfo=UTC))
