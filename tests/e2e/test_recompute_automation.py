@@ -9,7 +9,6 @@ import dagster as dg
 import pytest
 
 from assets.automation import last_closed_day
-from assets.platform_spec import PlatformSpec
 from assets.reprocess.automation import (
     MAX_ATTEMPTS,
     RECOMPUTE_SENSOR,
@@ -193,9 +192,8 @@ def test_schedule_waits_while_the_day_has_not_closed(sqlite_instance: dg.Dagster
 
 
 def test_no_reprocessed_assets_no_sensor_or_schedule() -> None:
-    spec: PlatformSpec = SPEC
-    assert reprocess_automation(spec, [dg.AssetSpec(key=["archive", "orders"])]) == ([], [])
-    sensors, schedules = reprocess_automation(spec, [dg.AssetSpec(key=ORDERS)])
+    assert reprocess_automation(SPEC, [dg.AssetSpec(key=["archive", "orders"])]) == ([], [])
+    sensors, schedules = reprocess_automation(SPEC, [dg.AssetSpec(key=ORDERS)])
     assert [s.name for s in sensors] == [RECOMPUTE_SENSOR] and [s.name for s in schedules] == [REPROCESS_SCHEDULE]
     assert sensors[0].default_status == dg.DefaultSensorStatus.STOPPED
     assert schedules[0].default_status == dg.DefaultScheduleStatus.STOPPED
