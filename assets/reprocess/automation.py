@@ -21,7 +21,14 @@
   Quiet: passing checks, WARN checks, checks on partial runs, checks on other assets, and a check that
   raised instead of evaluating (it records no evaluation). Started for the first time, the sensor begins
   at the end of the event log (as Dagster's own event-log consumer does): turning it on does not recompute
-  the past.
+  the past. Only the failed day is requested: the days after it, whose batch state came from its old run,
+  are not (a backfill from the day recomputes them).
+
+  The evaluations are read with ``get_logs_for_all_runs_by_log_id`` (what Dagster's event-log consumer
+  daemon uses): on the default SQLite storage, whose event logs are one database per run, check
+  evaluations are mirrored into the index database, whose ids are global. Like that daemon, it relies on
+  ids becoming visible in order; a storage that commits a lower id after a higher one was read (concurrent
+  writers on Postgres) could let an evaluation slip past the cursor.
 
 - The schedule ``reprocess_yesterday`` (HH:35 UTC) re-runs, for every app with a ``reprocessed/<app>``
   asset, the latest day that has closed: its end plus the largest disorder bound of any topic has passed
@@ -44,6 +51,7 @@ from typing import Any
 
 import dagster as dg
 
+from assets.archive.assets import COMPLETE_METADATA
 from assets.archive.keys import archive_asset_key
 from assets.automation import last_closed_day
 from assets.platform_spec import PlatformSpec
@@ -122,7 +130,7 @@ def failed_final_check(instance: dg.DagsterInstance, storage_id: int, entry: dg.
     materialization = records[0].asset_materialization if records else None
     if materialization is None or materialization.partition is None:
         return None
-    if _metadata_value(materialization.metadata.get("complete")) is not True:
+    if _metadata_value(materialization.metadata.get(COMPLETE_METADATA)) is not True:
         return None
     return FailedFinalCheck(topic=topic, check_name=evaluation.check_name, day=materialization.partition,
                             run_id=entry.run_id or f"event-{storage_id}")

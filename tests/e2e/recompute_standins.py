@@ -9,6 +9,7 @@ Loaded by the tests in-process and, as a code location, by ``dagster-daemon`` (`
 
 import dagster as dg
 
+from assets.archive.assets import COMPLETE_METADATA
 from assets.archive.keys import ARCHIVE_GROUP, archive_asset_key, archive_partitions
 from assets.platform_spec import find_spec_path, load_platform_spec
 from assets.reprocess.automation import reprocess_automation
@@ -33,7 +34,7 @@ CHECKS = [
 def _archive(topic: str) -> dg.AssetsDefinition:
     @dg.asset(key=archive_asset_key(topic), group_name=ARCHIVE_GROUP, partitions_def=PARTITIONS)
     def archive(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        return dg.MaterializeResult(metadata={"complete": context.run.tags.get(COMPLETE_TAG, "true") == "true"})
+        return dg.MaterializeResult(metadata={COMPLETE_METADATA: context.run.tags.get(COMPLETE_TAG, "true") == "true"})
 
     return archive
 
