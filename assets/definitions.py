@@ -26,12 +26,12 @@ spec_path = find_spec_path()
 platform_spec = load_platform_spec(spec_path)
 check_apps_against_topologies(platform_spec)
 
-assets = [*topic_asset_specs(platform_spec), *compaction_assets(platform_spec), *archive_assets(platform_spec)]
-# The recompute sensor and the reprocess schedule, for the reprocessed/<app> assets among `assets` (none yet: none).
-reprocess_sensors, reprocess_schedules = reprocess_automation(platform_spec, assets)
+location_assets = [*topic_asset_specs(platform_spec), *compaction_assets(platform_spec), *archive_assets(platform_spec)]
+# The recompute sensor and the reprocess schedule, for the reprocessed/<app> assets among them (none yet: none).
+reprocess_sensors, reprocess_schedules = reprocess_automation(platform_spec, location_assets)
 
 defs = dg.Definitions(
-    assets=assets,
+    assets=location_assets,
     asset_checks=[*quality_checks(platform_spec), *undecodable_checks(platform_spec)],
     schedules=[*automation_schedules(platform_spec.archive, platform_spec.archive_closing_minutes()),
                *reprocess_schedules],
