@@ -6,6 +6,7 @@ The code location is :mod:`recompute_standins` (stand-in archive and reprocessed
 ``reprocessed/<app>`` asset lives in ``assets/reprocess/`` once merged).
 """
 
+import json
 import os
 import shutil
 import signal
@@ -20,7 +21,7 @@ import dagster as dg
 import pytest
 
 from assets.reprocess.automation import RECOMPUTE_SENSOR
-from tests.e2e.recompute_standins import FAILING_TAG, defs
+from tests.e2e.recompute_standins import COMPLETE_TAG, FAILING_TAG, defs
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDINS = Path(__file__).with_name("recompute_standins.py")
@@ -79,13 +80,29 @@ def _recompute_run(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
     return runs[0] if runs else None
 
 
+def _archive_run(instance: dg.DagsterInstance, tags: dict[str, str]) -> None:
+    defs.resolve_job_def("archive_standins").execute_in_process(
+        instance=instance, partition_key=DAY, tags=tags, raise_on_error=False)
+
+
+def _read_past(instance: dg.DagsterInstance, storage_id: int) -> bool:
+    cursor = _sensor_cursor(instance)
+    return cursor is not None and json.loads(cursor)["after"] >= storage_id
+
+
 @pytest.mark.slow
 def test_daemon_launches_a_recompute_for_a_failed_final_check(daemon: Path) -> None:
     instance = dg.DagsterInstance.get()
     wait_for("first sensor tick", lambda: _sensor_cursor(instance), 120, daemon)
 
-    defs.resolve_job_def("archive_standins").execute_in_process(
-        instance=instance, partition_key=DAY, tags={FAILING_TAG: "lines_complete"}, raise_on_error=False)
+    _archive_run(instance, {FAILING_TAG: "lines_unique"})  # WARN
+    _archive_run(instance, {FAILING_TAG: "lines_complete", COMPLETE_TAG: "false"})  # an hourly partial run
+    evaluations = instance.event_log_storage.get_logs_for_all_runs_by_log_id(
+        dagster_event_type={dg.DagsterEventType.ASSET_CHECK_EVALUATION})
+    wait_for("sensor tick past the quiet runs' checks", lambda: _read_past(instance, max(evaluations)), 120, daemon)
+    assert _recompute_run(instance) is None
+
+    _archive_run(instance, {FAILING_TAG: "lines_complete"})
 
     run = wait_for("recompute run", lambda: _recompute_run(instance), 120, daemon)
     assert run.tags["dagster/partition"] == DAY
