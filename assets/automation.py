@@ -19,7 +19,7 @@ Like every run of the code location, both jobs run their steps in one process (t
 ``in_process_executor``), so they share one SparkSession instead of starting a JVM per asset.
 """
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
 
@@ -27,7 +27,7 @@ from assets.archive.keys import ARCHIVE_GROUP
 from assets.compaction import COMPACTION_GROUP
 from assets.platform_spec import ArchiveSpec
 
-__all__ = ["ARCHIVE_JOB", "COMPACTION_JOB", "automation_schedules", "partitions_due"]
+__all__ = ["ARCHIVE_JOB", "COMPACTION_JOB", "automation_schedules", "last_closed_day", "partitions_due"]
 
 NIGHTLY_COMPACTION_CRON = "0 2 * * *"
 HOURLY_ARCHIVE_CRON = "5 * * * *"
@@ -49,16 +49,23 @@ ARCHIVE_JOB = dg.define_asset_job(
 )
 
 
+def last_closed_day(tick: datetime, closes_after_minutes: int) -> tuple[date, datetime]:
+    """The latest day whose end + ``closes_after_minutes`` is at or before ``tick``, and that moment (UTC):
+    from then on none of the day's records can still arrive, so the day's archive can be final."""
+    delay = timedelta(minutes=closes_after_minutes)
+    day = (tick.astimezone(UTC) - delay).date() - timedelta(days=1)
+    return day, datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=1) + delay
+
+
 def partitions_due(tick: datetime, archive: ArchiveSpec, closes_after_minutes: int | None = None) -> list[str]:
     """The archive partitions the hourly tick at ``tick`` (UTC) runs: today, and a past day at the first
     tick past its end + ``closes_after_minutes`` (default ``archive.max_disorder_minutes``; the
     definitions pass the largest bound of any topic), when none of its records can still arrive."""
     tick = tick.astimezone(UTC)
     today = tick.date()
-    delay = timedelta(minutes=archive.max_disorder_minutes if closes_after_minutes is None else closes_after_minutes)
     due = []
-    closing = (tick - delay).date() - timedelta(days=1)  # the day whose end + delay is within the last hour
-    closes = datetime(closing.year, closing.month, closing.day, tzinfo=UTC) + timedelta(days=1) + delay
+    closing, closes = last_closed_day(
+        tick, archive.max_disorder_minutes if closes_after_minutes is None else closes_after_minutes)
     if tick - _TICK < closes <= tick and today > closing >= archive.start_date:
         due.append(closing.isoformat())
     if today >= archive.start_date:

@@ -20,7 +20,12 @@ from assets.platform_spec import ArchiveSpec, PlatformSpec
 from assets.resources import KafkaResource, PlatformResource, SparkResource
 from assets.topics import topic_asset_key
 
-__all__ = ["archive_assets"]
+__all__ = ["COMPLETE_METADATA", "archive_assets"]
+
+#: The materialization's metadata key that says whether the day's archive is final (``True``: every partition has
+#: a record past the day's end plus the disorder bound, so no record of the day can still come) or an hourly
+#: partial run of the day so far (``False``). The recompute sensor acts only on checks of final archives.
+COMPLETE_METADATA = "complete"
 
 
 def _metadata(archived: ArchivedDay) -> dict[str, Any]:
@@ -32,7 +37,7 @@ def _metadata(archived: ArchivedDay) -> dict[str, Any]:
         "offset_ranges": dg.MetadataValue.json(
             {str(p): {"read": [r.start, r.end], "day": [r.first_offset, r.last_offset], "closed": r.closed}
              for p, r in partitions.items()}),
-        "complete": archived.complete,
+        COMPLETE_METADATA: archived.complete,
         "max_disorder_seen_ms": max((r.max_behind_ms for r in partitions.values()), default=0),
         "bytes": archived.bytes,
         "path": dg.MetadataValue.path(str(archived.path)),
