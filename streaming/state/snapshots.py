@@ -53,6 +53,7 @@ import pyarrow.parquet as pq
 from streaming.state.store_identity import StoreIdentity
 
 __all__ = [
+    "ABANDONED_AFTER_S",
     "CLAIM_DIR",
     "DATA_DIR",
     "MANIFEST_FORMAT",
@@ -446,14 +447,19 @@ def ensure_writable(location: str, application_id: str, store: str) -> None:
             raise SnapshotError(f"snapshot location {target.shown(directory)} is not writable: {exc}") from exc
 
 
+ABANDONED_AFTER_S = 6 * 3600.0
+"""A claimed id with no manifest is a write in progress until its claim is this old; after that, a failed one."""
+
+
 def prune(location: str, application_id: str, store: str, keep: int, grace_s: float = 0.0,
-          now: float | None = None) -> list[str]:
+          now: float | None = None, abandoned_after_s: float = ABANDONED_AFTER_S) -> list[str]:
     """Delete all but the ``keep`` newest snapshots: each manifest first, then its data. A snapshot is kept
     anyway while the snapshot after it was published less than ``grace_s`` seconds ago (its ``created_at``):
     until then a restore may have picked it as the newest and still be reading it. Data directories and claims
-    of ids that have no manifest go once their claim is older than ``grace_s`` and their id older than the
-    newest snapshot (a failed write); one with a younger claim may be a write in progress. Returns the deleted
-    ids.
+    of ids that have no manifest go once their id is older than the newest snapshot and their claim is older
+    than ``abandoned_after_s`` (a failed write; a younger claim may be another run's write in progress, slower
+    than the one pruning, whatever ``grace_s`` is); a data directory with no claim at all goes at once.
+    Returns the deleted ids.
 
     Raises:
         SnapshotError: ``keep`` < 1, or a deletion failed (names the path).
@@ -477,7 +483,8 @@ def prune(location: str, application_id: str, store: str, keep: int, grace_s: fl
         for claim_id, token in _claims(target):
             path = target.path(CLAIM_DIR, f"{claim_id}.{token}")
             mtime = target.fs.get_file_info(path).mtime
-            if int(claim_id) > newest or (mtime is not None and now - mtime.timestamp() < grace_s):
+            if claim_id not in ids and (int(claim_id) > newest
+                                        or (mtime is not None and now - mtime.timestamp() < abandoned_after_s)):
                 young_claims.add(claim_id)
             else:
                 target.fs.delete_file(path)

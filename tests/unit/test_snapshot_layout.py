@@ -190,7 +190,10 @@ def test_claims_reserve_ids_and_a_young_claim_keeps_its_data_from_prune(tmp_path
     publish(tmp_path, "00000003")
     assert snap.prune(location, APP, STORE, keep=5, grace_s=600) == []
     assert (tmp_path / APP / STORE / "data" / "00000002").is_dir(), "another run's write in progress"
-    assert snap.prune(location, APP, STORE, keep=5, grace_s=0) == ["00000002"]
+    assert snap.prune(location, APP, STORE, keep=5, grace_s=0) == [], "a write in progress outlives any grace"
+    assert (tmp_path / APP / STORE / "data" / "00000002").is_dir()
+    later = time.time() + snap.ABANDONED_AFTER_S + 1
+    assert snap.prune(location, APP, STORE, keep=5, grace_s=0, now=later) == ["00000002"], "abandoned: a failed write"
     assert sorted(p.name.split(".")[0] for p in (tmp_path / APP / STORE / "claims").iterdir()) == ["00000004"]
 
 
