@@ -38,6 +38,7 @@ from streaming.runtime.interactive_queries import (
     unknown_store_message,
 )
 from streaming.runtime.internal_topics import create_internal_topics
+from streaming.runtime.query_metadata import WorkerIdentity
 from streaming.runtime.remote_queries import RemoteQueries, RemoteQueryError
 from streaming.runtime.snapshots import snapshot_source
 from streaming.runtime.state_directory import (
@@ -362,25 +363,31 @@ class KafkaStreams:
     _remote: RemoteQueries | None = None
 
     def _start_interactive_queries(self, partition_counts: dict[str, int], global_stores: dict[str, Any]) -> None:
-        """Local store views always; with ``application.server`` also the metadata announcements and
-        the HTTP endpoint (bound before any stream thread starts, so a busy port fails start())."""
+        """Local store views, and this instance's announcements on ``<application.id>-metadata`` (who runs, for
+        ``brook status`` and the reset's refusal: :mod:`streaming.runtime.membership`); with
+        ``application.server`` also the other instances' announcements and the HTTP endpoint (bound before any
+        stream thread starts, so a busy port fails start())."""
         iq = InteractiveQueries(
             self.topology, self.config, partition_counts,
             tasks=lambda: [task for thread in self._threads for task in list(thread.tasks.tasks.values())],
             standby_task_ids=lambda: [str(task_id) for thread in self._threads
                                       for task_id in list(getattr(thread.tasks, "standby", {}))],
-            state=lambda: self._state.value, global_stores=global_stores)
+            state=lambda: self._state.value, global_stores=global_stores,
+            identity=WorkerIdentity.of_this_process(self.config["application.server"], self.config["instance.name"],
+                                                    self.process_id))
+        server = None
         if iq.host is not None:
             server = InteractiveQueryServer(iq, iq.host, tls_cert=self.config["application.server.tls.cert"],
                                             tls_key=self.config["application.server.tls.key"],
                                             token=self.config["application.server.token"])
             server.start()
-            try:
-                iq.start()
-            except BaseException:
+        try:
+            iq.start()
+        except BaseException:
+            if server is not None:
                 server.stop()
-                raise
-            self._iq_server = server
+            raise
+        self._iq_server = server
         self._iq = iq
 
     def _stop_interactive_queries(self) -> None:
