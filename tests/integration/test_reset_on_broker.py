@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from apps.orders import topology as orders_topology
 from apps.orders.pipeline import (
@@ -123,6 +124,14 @@ def ends(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict[int, 
     from streaming.admin import watermarks
 
     return {p: end for (_, p), (_, end) in watermarks(bootstrap, [(topic, p) for p in range(partitions)]).items()}
+
+
+def topic_configs(bootstrap: str, topic: str) -> dict[str, str]:
+    """The configs the broker reports for ``topic`` (the embedded broker reports those set at creation)."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the answer: its end cancels the request
+    described = admin.describe_configs([resource])[resource].result(30)
+    return {name: entry.value for name, entry in described.items()}
 
 
 def after(records: list[Any], offsets: dict[int, int]) -> list[Any]:
@@ -216,7 +225,9 @@ def test_word_count_reset_to_earliest_rebuilds_its_outputs(bootstrap_of_own_brok
     assert snapshots.list_snapshot_ids(str(location), "wordcount", "word-counts") == []
     assert (location / "wordcount" / "word-counts" / "retired" / "none" / "manifests" /
             f"{manifest.snapshot_id}.json").exists()
-    assert ends(bootstrap, "wordcount-word-counts-changelog") == {p: 0 for p in range(PARTITIONS)}
+    for topic in ("wordcount-word-counts-changelog", "wordcount-1-stream-time"):  # re-created as the runtime would
+        assert ends(bootstrap, topic) == {p: 0 for p in range(PARTITIONS)}
+        assert topic_configs(bootstrap, topic)["cleanup.policy"] == "compact"
 
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="streaming.runtime.reset_epoch"):
