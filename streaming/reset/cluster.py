@@ -36,6 +36,7 @@ class Observation:
     """Per store: its snapshots as ``<id>@<epoch>``."""
 
     def fingerprint(self) -> str:
+        """A hash of everything observed: equal fingerprints, the same cluster as far as the reset goes."""
         canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
@@ -69,8 +70,9 @@ def _shape(topic: Mapping[str, Any] | None) -> str:
         f"{topic['partitions']} partition(s), id {topic['id']}"
 
 
-
 def committed_offsets(admin: AdminClient, group: str, timeout: float) -> dict[str, int]:
+    """The committed offsets of ``group``, ``topic[partition]`` -> offset. Raises :class:`ResetError` naming the
+    group when the broker cannot say."""
     try:
         result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
                                                    request_timeout=timeout)[group].result(timeout)
@@ -81,6 +83,7 @@ def committed_offsets(admin: AdminClient, group: str, timeout: float) -> dict[st
 
 
 def topic_ids(admin: AdminClient, topics: list[str], timeout: float) -> dict[str, str]:
+    """Each topic's id (``none`` from a broker without topic ids). Raises :class:`ResetError` naming the topic."""
     if not topics:
         return {}
     futures = admin.describe_topics(TopicCollection(topics), request_timeout=timeout)

@@ -104,6 +104,7 @@ class ResetPlan:
         return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
     def to_json(self) -> str:
+        """The plan file: the plan, what it observed, and its fingerprint (read back by :meth:`from_json`)."""
         return json.dumps({**self._body(), "fingerprint": self.fingerprint}, indent=2) + "\n"
 
     def _body(self) -> dict[str, Any]:

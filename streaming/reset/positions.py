@@ -115,10 +115,12 @@ class ResetPosition:
         return moment
 
     def to_json(self) -> dict[str, Any]:
+        """The position as the plan file keeps it."""
         return {"kind": self.kind, "value": self.value}
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> ResetPosition:
+        """The position a plan file kept (:meth:`to_json`); ``ValueError`` for an unknown kind."""
         kind = raw["kind"]
         if kind not in ("earliest", "offset", "datetime", "duration"):
             raise ValueError(f"unknown position kind {kind!r}")

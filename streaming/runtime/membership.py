@@ -55,6 +55,7 @@ class LiveWorker:
     stopped_in_s: float | None = None
 
     def describe(self) -> str:
+        """The worker and how long ago it was last seen, for the refusal."""
         if self.last_seen_s is None:
             return f"{self.name} (a member of the consumer group)"
         return (f"{self.name} (last seen {self.last_seen_s:.0f} s ago; if it was killed, it counts as stopped in "

@@ -84,6 +84,7 @@ class WorkerIdentity:
     @classmethod
     def of_this_process(cls, application_server: str | None, instance_name: str | None,
                         process_id: str) -> WorkerIdentity:
+        """This process (its machine and pid) as an instance with ``application_server`` (None: without one)."""
         return cls(application_server or None, socket.gethostname(), os.getpid(), instance_name or None, process_id)
 
 

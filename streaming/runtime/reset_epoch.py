@@ -56,6 +56,7 @@ class ResetEpoch:
     plan: str | None = None
 
     def to_json(self) -> bytes:
+        """The record value written to ``<application.id>-epoch``."""
         return json.dumps({"version": _VERSION, "epoch": self.epoch, "reset_at": self.reset_at,
                            "plan": self.plan}).encode()
 
