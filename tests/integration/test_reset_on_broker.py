@@ -7,7 +7,8 @@
   is never loaded (through the snapshot source, with a real manifest) and is retired; the reset is recorded in
   Dagster.
   A dry run to a time moves each of its 4 input partitions (out-of-order timestamps) to the first offset whose
-  record is at or after it (a model of Kafka's offsetsForTimes rule, computed here from the records).
+  record is at or after it (a model of Kafka's offsetsForTimes rule, computed here from the records); to a time
+  after every record (``--by-duration``) or an offset past the end, each to its end.
 - The orders pipeline reset to a time T in the middle (tables to earliest): the hourly windows that start at or
   after T equal the originals, and no input record before T is read again: the order partition restarts at the
   first offset whose record is at or after T (the same model), the offsets committed before the restart are
@@ -200,6 +201,12 @@ def test_word_count_reset_to_earliest_rebuilds_its_outputs(bootstrap_of_own_brok
     assert {o["partition"]: o["after"] for o in json.loads(timed.read_text())["offsets"]
             if o["topic"] == INPUT_TOPIC} == model
     assert all(0 < offset < lines_end[p] for p, offset in model.items()), "the time falls inside every partition"
+    # nothing at or after the time (a minute ago: the lines are from 2023): every partition to its end; an offset
+    # past the end: clamped to it
+    for option in (("--by-duration", "PT1M"), ("--to-offset", "999999")):
+        brook(tmp_path, bootstrap, spec, "app", "reset", "wordcount", *option, "--plan", str(timed))
+        assert {o["partition"]: o["after"] for o in json.loads(timed.read_text())["offsets"]
+                if o["topic"] == INPUT_TOPIC} == lines_end, option
 
     plan_path = tmp_path / "reset-wordcount.json"
     dry = brook(tmp_path, bootstrap, spec, "app", "reset", "wordcount", "--to-earliest", "--plan", str(plan_path))
