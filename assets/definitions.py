@@ -3,8 +3,7 @@
 Built from small modules: the platform spec (``platform_spec``, checked against the apps' code by
 ``app_topologies``), resources (``resources``), the Kafka topics as external assets (``topics``),
 changelog compaction into snapshots (``compaction``), the daily topic archive (``archive``), Great
-Expectations checks on it (``quality``), the schedules (``automation``) and the application resets
-(``reset``: a job ``reset_<app>`` per app, recorded as ``resets/<app>``). Reprocessing, scaling and
+Expectations checks on it (``quality``) and the schedules (``automation``). Reprocessing, scaling and
 sensors are planned and will join this ``dg.Definitions``.
 """
 
@@ -18,8 +17,7 @@ from assets.automation import automation_schedules
 from assets.compaction import compaction_assets
 from assets.platform_spec import find_spec_path, load_platform_spec
 from assets.quality import quality_checks, undecodable_checks
-from assets.reset.jobs import reset_jobs
-from assets.reset.records import reset_asset_spec
+from assets.reset.jobs import reset_definitions
 from assets.resources import PlatformResource, kafka_resource, spark_resource
 from assets.topics import topic_asset_specs
 
@@ -28,9 +26,7 @@ platform_spec = load_platform_spec(spec_path)
 check_apps_against_topologies(platform_spec)
 
 defs = dg.Definitions(
-    assets=[*topic_asset_specs(platform_spec), *compaction_assets(platform_spec), *archive_assets(platform_spec),
-            *(reset_asset_spec(name, app.application_id) for name, app in platform_spec.apps.items())],
-    jobs=reset_jobs(platform_spec),
+    assets=[*topic_asset_specs(platform_spec), *compaction_assets(platform_spec), *archive_assets(platform_spec)],
     asset_checks=[*quality_checks(platform_spec), *undecodable_checks(platform_spec)],
     schedules=automation_schedules(platform_spec.archive, platform_spec.archive_closing_minutes()),
     # Steps of a run share its process, hence one SparkSession (6-15 s to start) for all its Spark
@@ -42,3 +38,6 @@ defs = dg.Definitions(
         "pyspark": spark_resource(),
     },
 )
+
+# Application resets (``reset``): a job ``reset_<app>`` per app, each recorded as ``resets/<app>``.
+defs = dg.Definitions.merge(defs, reset_definitions(platform_spec))

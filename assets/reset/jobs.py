@@ -21,13 +21,13 @@ from typing import Literal
 import dagster as dg
 
 from assets.platform_spec import PlatformSpec
-from assets.reset.records import reset_materialization, reset_observation
+from assets.reset.records import reset_asset_spec, reset_materialization, reset_observation
 from assets.reset.targets import PLAN_DIR, plan_path, reset_target
 from assets.resources import KafkaResource, PlatformResource
 from streaming.errors import StreamsError
 from streaming.reset import ResetPlan, ResetPosition, execute_plan, make_plan
 
-__all__ = ["ResetConfig", "reset_job", "reset_jobs"]
+__all__ = ["ResetConfig", "reset_definitions", "reset_job", "reset_jobs"]
 
 
 class ResetConfig(dg.Config):
@@ -103,3 +103,10 @@ def _run(context: dg.OpExecutionContext, name: str, config: ResetConfig, kafka: 
 def reset_jobs(spec: PlatformSpec) -> list[dg.JobDefinition]:
     """``reset_<app>`` for every app of the spec."""
     return [reset_job(name, app.application_id) for name, app in sorted(spec.apps.items())]
+
+
+def reset_definitions(spec: PlatformSpec) -> dg.Definitions:
+    """The resets of every app of the spec: the jobs ``reset_<app>`` and the assets ``resets/<app>`` they record.
+    The jobs use the code location's ``kafka`` and ``platform`` resources (``dg.Definitions.merge`` with it)."""
+    return dg.Definitions(assets=[reset_asset_spec(name, app.application_id) for name, app in sorted(spec.apps.items())],
+                          jobs=reset_jobs(spec))
