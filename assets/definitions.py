@@ -19,6 +19,7 @@ from assets.compaction import compaction_assets
 from assets.platform_spec import find_spec_path, load_platform_spec
 from assets.quality import quality_checks, undecodable_checks
 from assets.reprocess.automation import reprocess_automation
+from assets.reset.jobs import reset_definitions
 from assets.resources import PlatformResource, kafka_resource, spark_resource
 from assets.topics import topic_asset_specs
 
@@ -45,3 +46,6 @@ defs = dg.Definitions(
         "pyspark": spark_resource(),
     },
 )
+
+# Application resets (``reset``): a job ``reset_<app>`` per app, each recorded as ``resets/<app>``.
+defs = dg.Definitions.merge(defs, reset_definitions(platform_spec))

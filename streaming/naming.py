@@ -5,7 +5,8 @@ Kafka Streams names its internal topics ``<application.id>-<store>-changelog``,
 ``<application.id>-<name>-repartition``, and a foreign-key join's
 ``<application.id>-<join>-subscription-registration-topic`` and
 ``<application.id>-<join>-subscription-response-topic``; Brook adds ``<application.id>-metadata``
-(interactive queries), ``<application.id>-dlq`` (dead letters) and
+(which instances run, and their assignments), ``<application.id>-epoch`` (the reset epoch),
+``<application.id>-dlq`` (dead letters), ``<application.id>-dlq-replayed`` (dead letters replayed) and
 ``<application.id>-<subtopology>-stream-time`` (the stream time of a stateful sub-topology's tasks, which
 Kafka Streams keeps in the offset commit's metadata only). ``assets/`` and ``bench/`` build these names from here, never by hand.
 
@@ -83,8 +84,14 @@ def subscription_response_topic(application_id: str, join: str) -> str:
 
 
 def metadata_topic(application_id: str) -> str:
-    """The topic instances announce their assignment on (interactive queries): ``<application.id>-metadata``."""
+    """The topic every instance announces itself and its assignment on: ``<application.id>-metadata``."""
     return f"{application_id}-metadata"
+
+
+def epoch_topic(application_id: str) -> str:
+    """The application's reset epoch (``streaming.runtime.reset_epoch``): ``<application.id>-epoch``. Not an
+    internal topic of the topology: an application reset never deletes it."""
+    return f"{application_id}-epoch"
 
 
 DEAD_LETTER_SUFFIX = "-dlq"
@@ -93,6 +100,12 @@ DEAD_LETTER_SUFFIX = "-dlq"
 def dead_letter_topic(application_id: str) -> str:
     """Where the ``dead_letter`` error handler writes records it skips: ``<application.id>-dlq``."""
     return f"{application_id}{DEAD_LETTER_SUFFIX}"
+
+
+def replayed_dead_letters_topic(application_id: str) -> str:
+    """Where ``brook dlq replay`` records the dead letters it replayed: ``<application.id>-dlq-replayed`` (keyed by
+    the dead letter's partition and offset, so it goes with the dead-letter topic it describes)."""
+    return f"{dead_letter_topic(application_id)}-replayed"
 
 
 STREAM_TIME_SUFFIX = "-stream-time"

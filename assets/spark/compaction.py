@@ -43,6 +43,8 @@ from pyspark.sql import functions as F
 from assets.spark.kafka_source import SOURCE_NAME
 from assets.spark.offsets import PartitionBounds, partition_bounds, reader_consumer
 from assets.spark.options import client_options
+from streaming.errors import StreamsError
+from streaming.runtime.reset_epoch import read_reset_epoch
 from streaming.state import snapshots
 from streaming.state.snapshots import PartitionSnapshot, SnapshotError, SnapshotManifest
 from streaming.state.store_identity import StoreIdentity, StoreIdentityError, live_identity
@@ -184,8 +186,9 @@ def compact_changelog(spark: SparkSession, *, client_config: Mapping[str, Any], 
     config = {key: str(value) for key, value in client_config.items()}
     snapshots.ensure_writable(location, application_id, store)
     try:
-        live = live_identity(config, application_id, store, changelog_topic)
-    except StoreIdentityError as exc:
+        live = live_identity(config, application_id, store, changelog_topic,
+                             reset_epoch=read_reset_epoch(config, application_id).epoch)
+    except (StoreIdentityError, StreamsError) as exc:
         raise CompactionError(str(exc)) from None
     base, skipped = choose_base(location, application_id, store, live)
     starts, ends = plan_tail(config, live, base)

@@ -24,20 +24,12 @@ from confluent_kafka import OFFSET_BEGINNING, Producer
 
 from streaming.admin import create_topics, read_to_end
 from streaming.cli.connection import BootstrapOption, ConfigOption, SetOption, client_config
-from streaming.naming import dead_letter_topic
+from streaming.naming import dead_letter_topic, replayed_dead_letters_topic
 from streaming.runtime.cluster import cluster_metadata
 from streaming.runtime.dead_letters import error_headers, original_headers
 
 app = typer.Typer(rich_markup_mode=None, no_args_is_help=True,
                   help="Dead letters (<application.id>-dlq): replay them after a fix.")
-
-REPLAYED_SUFFIX = "-replayed"
-
-
-def replayed_topic(application_id: str) -> str:
-    """Where ``brook dlq replay`` records the dead letters it replayed: ``<application.id>-dlq-replayed``."""
-    return dead_letter_topic(application_id) + REPLAYED_SUFFIX
-
 
 def _filters(specs: list[str] | None) -> dict[str, str]:
     filters = {}
@@ -93,7 +85,7 @@ def replay(
     """Re-inject APP's dead letters into their source topics (after a fix), each at most once."""
     wanted = _filters(filters)
     settings = client_config(bootstrap, config, overrides)
-    dlq, ledger = dead_letter_topic(application_id), replayed_topic(application_id)
+    dlq, ledger = dead_letter_topic(application_id), replayed_dead_letters_topic(application_id)
     metadata = cluster_metadata(settings).topics
     partitions = {name: len(t.partitions) for name, t in metadata.items() if t.error is None}
     if dlq not in partitions:

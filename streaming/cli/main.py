@@ -1,5 +1,5 @@
-"""The ``brook`` command line: ``brook broker ...``, ``brook worker ...``, and the data commands ``brook topics
-...``, ``brook produce``, ``brook consume`` and ``brook status``.
+"""The ``brook`` command line: ``brook broker ...``, ``brook worker ...``, the data commands ``brook topics
+...``, ``brook produce``, ``brook consume`` and ``brook status``, and ``brook app reset``.
 
 A failure prints one line, ``error: <what, where, what to check>``, and exits non-zero; the traceback
 only with ``--debug`` or ``BROOK_DEBUG=1``.
@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from streaming.cli.app import app as app_app
 from streaming.cli.broker import app as broker_app
 from streaming.cli.data import consume, produce
 from streaming.cli.dlq import app as dlq_app
@@ -35,6 +36,7 @@ app.add_typer(broker_app, name="broker")
 app.add_typer(worker_app, name="worker")
 app.add_typer(topics_app, name="topics")
 app.add_typer(dlq_app, name="dlq")
+app.add_typer(app_app, name="app")
 app.command()(produce)
 app.command()(consume)
 app.command()(status)

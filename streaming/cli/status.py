@@ -2,24 +2,25 @@
 
 Lag is the group's committed offset against each partition's end, read from fetched high watermarks
 (never ListOffsets "latest", which the embedded broker answers wrongly). Instances and their tasks come
-from the ``<application.id>-metadata`` topic, where every instance with ``application.server`` announces
-its assignment (the group protocol carries no assignment Python can read, and the embedded broker's
-DescribeGroups lists no members).
+from the ``<application.id>-metadata`` topic, where every running instance announces itself and its
+assignment (the group protocol carries no assignment Python can read, and the embedded broker's
+DescribeGroups lists no members); see :mod:`streaming.runtime.membership`.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
 from streaming.admin import watermarks
 from streaming.cli.connection import BootstrapOption, ConfigOption, SetOption, client_config
 from streaming.naming import REPARTITION_SUFFIX, metadata_topic
 from streaming.runtime.cluster import cluster_metadata
-from streaming.runtime.query_metadata import HostAnnouncement, decode_announcement
+from streaming.runtime.membership import STALE_AFTER_S, read_announcements
 
 
 def status(
@@ -33,17 +34,21 @@ def status(
     if not committed and metadata_topic(application_id) not in topics:
         raise typer.BadParameter(f"no application {application_id!r} on {settings['bootstrap.servers']}: its group "
                                  f"has no committed offsets and it announced no instances", param_hint="APPLICATION_ID")
-    instances = _announcements(settings, metadata_topic(application_id)) \
-        if metadata_topic(application_id) in topics else {}
+    instances = read_announcements(settings, application_id)
     typer.echo(f"application {application_id}")
     if instances:
         typer.echo(f"instances ({len(instances)}, as announced on {metadata_topic(application_id)}):")
-        for host, announcement in sorted(instances.items()):
+        now_ms = time.time() * 1000
+        for _, announcement in sorted(instances.items()):
             assignment = announcement.assignment
-            typer.echo(f"  {host}  {announcement.state:<11} active tasks {', '.join(assignment.active_tasks) or '-'};"
-                       f" standby tasks {', '.join(assignment.standby_tasks) or '-'}")
+            age_s = (now_ms - announcement.record_timestamp) / 1000
+            seen = f"last seen {max(age_s, 0):.0f} s ago" + (
+                "" if age_s < STALE_AFTER_S else ", no tombstone: stopped without closing (killed?)")
+            typer.echo(f"  {announcement.describe()}  {announcement.state:<11} active tasks "
+                       f"{', '.join(assignment.active_tasks) or '-'}; standby tasks "
+                       f"{', '.join(assignment.standby_tasks) or '-'}; {seen}")
     else:
-        typer.echo("instances: none announced (instances announce only with application.server set)")
+        typer.echo("instances: none announced")
     # When two hosts claim a partition (one has not announced its loss yet: stopped, or cut off from the
     # network), the later announcement wins, as in metadata_for_key: iterate oldest first.
     owners = {(topic, partition): host for host, a in sorted(instances.items(), key=lambda item: item[1].offset)
@@ -71,31 +76,3 @@ def _committed(settings: dict[str, Any], group: str) -> dict[tuple[str, int], in
     result = future.result(timeout=30)
     return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
             if tp.offset >= 0 and tp.error is None}
-
-
-def _announcements(settings: dict[str, Any], topic: str) -> dict[str, HostAnnouncement]:
-    """The latest announcement per host (tombstoned hosts removed)."""
-    consumer = Consumer({**settings, "group.id": "brook-status", "enable.auto.commit": False,
-                         "enable.partition.eof": True, "fetch.wait.max.ms": 10})
-    latest: dict[str, HostAnnouncement] = {}
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        while True:
-            messages = consumer.consume(1000, 1.0)
-            if any(m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF for m in messages):
-                messages = [m for m in messages if m.error() is None]
-                done = True
-            else:
-                done = not messages
-            for message in messages:
-                if message.error() is not None:
-                    continue
-                host = (message.key() or b"").decode()
-                if message.value() is None:
-                    latest.pop(host, None)
-                else:
-                    latest[host] = decode_announcement(message.value(), message.offset())
-            if done:
-                return latest
-    finally:
-        consumer.close()

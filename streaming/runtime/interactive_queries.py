@@ -13,10 +13,11 @@ Local reads
     moved, reads raise :class:`InvalidStateStoreError` (retry later).
 
 Who owns a key
-    With ``application.server`` set, each instance announces its assignment on the compacted topic
-    ``<application.id>-metadata`` (see :mod:`streaming.runtime.query_metadata`);
-    ``metadata_for_key`` reads it (at most every 250 ms) and names the ``application.server`` of the
-    instance whose latest announcement claims the key's partition (None while nobody does).
+    Every instance announces itself and its assignment on the compacted topic ``<application.id>-metadata``
+    (see :mod:`streaming.runtime.query_metadata`); with ``application.server`` set, ``metadata_for_key``
+    reads it (at most every 250 ms) and names the ``application.server`` of the instance whose latest
+    announcement claims the key's partition (None while nobody does). Instances without an
+    ``application.server`` are left out: nobody can ask them.
 
 Partitioning assumption (as in Kafka Streams): the store's keys, serialized with the store's key
 serde, hash to the partition whose task holds them — true for stores fed by the task's own input
@@ -29,6 +30,7 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
@@ -42,6 +44,7 @@ from streaming.runtime.query_metadata import (
     AssignmentPublisher,
     AssignmentReader,
     HostAnnouncement,
+    WorkerIdentity,
     create_metadata_topic,
 )
 from streaming.runtime.window_queries import ReadOnlySessionStoreView, ReadOnlyWindowStoreView
@@ -262,22 +265,26 @@ class KeyLookup:
 
 
 class InteractiveQueries:
-    """Local store views, key -> partition routing, and (with ``application.server``) the assignment
-    announcements on the metadata topic. One per started :class:`KafkaStreams`.
+    """Local store views, key -> partition routing, this instance's announcements on the metadata topic, and
+    (with ``application.server``) the other instances' announcements. One per started :class:`KafkaStreams`.
 
     ``tasks()`` returns this instance's active tasks, ``standby_task_ids()`` its standby task ids and
-    ``state()`` the client state name; all are called from query threads.
+    ``state()`` the client state name; all are called from query threads. ``identity``: who this instance is
+    (its announcements' key and details; by default this process, with the config's ``application.server``).
     """
 
     def __init__(self, topology: Topology, config: StreamsConfig, partition_counts: dict[str, int],
                  tasks: Callable[[], list[Any]], standby_task_ids: Callable[[], list[str]],
-                 state: Callable[[], str], global_stores: Mapping[str, Any] | None = None) -> None:
+                 state: Callable[[], str], global_stores: Mapping[str, Any] | None = None,
+                 identity: WorkerIdentity | None = None) -> None:
         self._config = config
         self._tasks = tasks
         self._standby_task_ids = standby_task_ids
         self._state = state
         self._global_stores = dict(global_stores or {})  # open global stores (read-only views)
         self.host: str | None = config["application.server"] or None
+        self.identity = identity or WorkerIdentity.of_this_process(self.host, config["instance.name"],
+                                                                   uuid.uuid4().hex)
         builders = {**topology.store_builders,
                     **{name: d.store_builder for name, d in topology.global_stores.items()}}
         self._stores: dict[str, StoreInfo] = {}
@@ -296,13 +303,13 @@ class InteractiveQueries:
 
     # -- life cycle -------------------------------------------------------------------------------------
     def start(self) -> None:
-        """With ``application.server``: create the metadata topic, start announcing, and start following
+        """Create the metadata topic and start announcing this instance; with ``application.server`` also follow
         the other instances' announcements (so the first ``metadata_for_key`` finds them fetched)."""
+        topic = create_metadata_topic(self._config.application_id, self._config.admin_config())
+        self._publisher = AssignmentPublisher(self._config.producer_config(), topic, self.identity, self.assignment)
+        self._publisher.start()
         if self.host is None:
             return
-        topic = create_metadata_topic(self._config.application_id, self._config.admin_config())
-        self._publisher = AssignmentPublisher(self._config.producer_config(), topic, self.host, self.assignment)
-        self._publisher.start()
         try:
             with self._reader_lock:
                 self._reader = AssignmentReader(self._config.consumer_config(), topic)
@@ -436,12 +443,13 @@ class InteractiveQueries:
         return self._metadata_for_partition(info, partition)
 
     def _metadata_for_partition(self, info: StoreInfo, partition: int) -> KeyQueryMetadata:
-        announcements = self._announcements()
+        announcements = {key: a for key, a in self._announcements().items() if a.application_server is not None}
         owners = [a for a in announcements.values() if a.owns(info.source_topics, partition)]
-        active = max(owners, key=lambda a: a.offset).host if owners else None
+        active = max(owners, key=lambda a: a.offset).application_server if owners else None
         task_id = info.task_id(partition)
-        standbys = sorted(a.host for a in announcements.values()
-                          if task_id in a.assignment.standby_tasks and a.host != active)
+        standbys = sorted(a.application_server for a in announcements.values()
+                          if task_id in a.assignment.standby_tasks and a.application_server != active
+                          and a.application_server is not None)
         return KeyQueryMetadata(active, standbys, partition)
 
     # -- one key, as the HTTP endpoint asks ------------------------------------------------------------------

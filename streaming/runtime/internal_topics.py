@@ -4,6 +4,7 @@ topics of stateful sub-topologies and the dead-letter topic."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from streaming.admin import TopicError, create_topics
 from streaming.errors import StreamsError
@@ -75,32 +76,53 @@ def internal_topic_partitions(topology: Topology, application_id: str, counts: d
     return result
 
 
+@dataclass(frozen=True)
+class InternalTopicSpec:
+    """An internal topic as the runtime creates it: what it is for, its partition count and its configs."""
+
+    name: str
+    kind: str
+    """``changelog``, ``repartition`` (also a foreign-key join's subscription and response topics),
+    ``stream-time`` or ``dead-letters``."""
+    partitions: int
+    configs: dict[str, str]
+
+
+def internal_topic_specs(topology: Topology, application_id: str, counts: dict[str, int],
+                         dead_letters: bool = False) -> dict[str, InternalTopicSpec]:
+    """Every internal topic of ``topology`` (bound to ``application_id``), sized from the partition counts
+    ``counts`` of its external topics (:func:`internal_topic_partitions`), with the configs it is created with.
+    ``dead_letters``: also the dead-letter topic ``<application.id>-dlq`` (one partition, delete policy)."""
+    wanted = internal_topic_partitions(topology, application_id, counts)
+    kinds: dict[str, tuple[str, dict[str, str]]] = {}
+    for store, builder in topology.store_builders.items():
+        topic = changelog_topic(application_id, store)
+        if topic in wanted:
+            kinds[topic] = ("changelog", {"cleanup.policy": "compact", **builder.log_config})
+    for topic in topology.internal_topics:
+        kinds[topic] = ("repartition", {"cleanup.policy": "delete"})
+    for topic in stream_time_topics(topology, application_id).values():
+        kinds[topic] = ("stream-time", {"cleanup.policy": "compact"})  # keyed by task id: the last record per task
+    if dead_letters:
+        wanted[dead_letter_topic(application_id)] = DEAD_LETTER_PARTITIONS
+        kinds[dead_letter_topic(application_id)] = ("dead-letters", {"cleanup.policy": "delete"})
+    return {topic: InternalTopicSpec(topic, kinds[topic][0], count, kinds[topic][1]) for topic, count in wanted.items()}
+
+
 def create_internal_topics(topology: Topology, application_id: str, admin_config: dict[str, str],
                            counts: dict[str, int], dead_letters: bool = False) -> dict[str, int]:
     """Create (or check) every internal topic; an existing one with another partition count is an error.
     ``dead_letters``: also the dead-letter topic ``<application.id>-dlq`` (one partition, delete policy)."""
-    wanted = internal_topic_partitions(topology, application_id, counts)
-    if dead_letters:
-        wanted[dead_letter_topic(application_id)] = DEAD_LETTER_PARTITIONS
+    specs = internal_topic_specs(topology, application_id, counts, dead_letters)
+    wanted = {topic: spec.partitions for topic, spec in specs.items()}
     if not wanted:
         return wanted
-    builders = topology.store_builders
-    configs: dict[str, dict[str, str]] = {}
-    for store, builder in builders.items():
-        topic = changelog_topic(application_id, store)
-        if topic in wanted:
-            configs[topic] = {"cleanup.policy": "compact", **builder.log_config}
-    for topic in topology.internal_topics:
-        configs[topic] = {"cleanup.policy": "delete"}
-    for topic in stream_time_topics(topology, application_id).values():
-        configs[topic] = {"cleanup.policy": "compact"}  # keyed by task id: the last record per task is enough
-    if dead_letters:
-        configs[dead_letter_topic(application_id)] = {"cleanup.policy": "delete"}
     try:
-        create_topics(admin_config["bootstrap.servers"], wanted, configs=configs, client_config=admin_config)
+        create_topics(admin_config["bootstrap.servers"], wanted,
+                      configs={topic: spec.configs for topic, spec in specs.items()}, client_config=admin_config)
     except TopicError as exc:
         raise StreamsError(f"internal topic check failed: {exc}. The topology's partitioning changed since the "
-                           f"topic was created; reset the application (delete its internal topics) or keep "
-                           f"the old partition counts") from exc
+                           f"topic was created; reset the application (brook app reset: it deletes and re-creates "
+                           f"its internal topics) or keep the old partition counts") from exc
     log.info("internal topics ready: %s", wanted)
     return wanted

@@ -24,6 +24,7 @@ from streaming.errors import (
 )
 from streaming.metrics.collector import InstanceSample, StreamsCollector
 from streaming.metrics.endpoint import MetricsEndpoint
+from streaming.naming import epoch_topic
 from streaming.runtime.changelog_reader import StateRestoreListener
 from streaming.runtime.cluster import cluster_metadata
 from streaming.runtime.directory_lock import DirectoryLock
@@ -38,7 +39,9 @@ from streaming.runtime.interactive_queries import (
     unknown_store_message,
 )
 from streaming.runtime.internal_topics import create_internal_topics
+from streaming.runtime.query_metadata import WorkerIdentity
 from streaming.runtime.remote_queries import RemoteQueries, RemoteQueryError
+from streaming.runtime.reset_epoch import ResetEpoch, read_reset_epoch, wipe_state_of_other_epoch
 from streaming.runtime.snapshots import snapshot_source
 from streaming.runtime.state_directory import (
     StateDirectory,
@@ -154,13 +157,18 @@ class KafkaStreams:
         A topology with persistent stores locks ``state.dir/<application.id>`` first: while another process, or
         another instance in this process, holds it, ``start()`` raises :class:`StateDirectoryLockedError` (one
         line naming the directory, the holder's pid and the fix) before anything is opened. Kafka Streams
-        refuses a second instance on one state directory in the same way, in one JVM too."""
+        refuses a second instance on one state directory in the same way, in one JVM too.
+
+        Then it reads the application's reset epoch (``<application.id>-epoch``): local state written under
+        another epoch (the application was reset while this instance was stopped) is wiped before any task
+        opens, and snapshots of another epoch are not loaded (:mod:`streaming.runtime.reset_epoch`)."""
         if self._state is not State.CREATED:
             raise StreamsError(f"start() called in state {self._state.value}; a KafkaStreams starts once")
         try:
             if has_persistent_stores(self.topology):
                 self._state_dir_lock = lock_application_dir(self.config["state.dir"], self.config.application_id)
             counts = self.check_topics()
+            self._use_reset_epoch(counts)
             counts.update(create_internal_topics(self.topology, self.config.application_id,
                                                  self.config.admin_config(), counts,
                                                  dead_letters=uses_dead_letters(self.config)))
@@ -181,6 +189,14 @@ class KafkaStreams:
         self._set_state(State.REBALANCING)
         for thread in self._threads:
             thread.start()
+
+    def _use_reset_epoch(self, counts: dict[str, int]) -> None:
+        """Read the reset epoch; wipe local state of another epoch; offer only snapshots of this one."""
+        epoch = read_reset_epoch(self.config.admin_config(), self.config.application_id) \
+            if epoch_topic(self.config.application_id) in counts else ResetEpoch()
+        if self._state_dir_lock is not None:
+            wipe_state_of_other_epoch(self._state_dir_lock, epoch)
+        self._snapshots = self._snapshots.at_reset_epoch(epoch.epoch)
 
     def _abort_start(self) -> None:
         """``start()`` failed: stop what it started (HTTP server, announcements, global thread, the stream
@@ -362,25 +378,31 @@ class KafkaStreams:
     _remote: RemoteQueries | None = None
 
     def _start_interactive_queries(self, partition_counts: dict[str, int], global_stores: dict[str, Any]) -> None:
-        """Local store views always; with ``application.server`` also the metadata announcements and
-        the HTTP endpoint (bound before any stream thread starts, so a busy port fails start())."""
+        """Local store views, and this instance's announcements on ``<application.id>-metadata`` (who runs, for
+        ``brook status`` and the reset's refusal: :mod:`streaming.runtime.membership`); with
+        ``application.server`` also the other instances' announcements and the HTTP endpoint (bound before any
+        stream thread starts, so a busy port fails start())."""
         iq = InteractiveQueries(
             self.topology, self.config, partition_counts,
             tasks=lambda: [task for thread in self._threads for task in list(thread.tasks.tasks.values())],
             standby_task_ids=lambda: [str(task_id) for thread in self._threads
                                       for task_id in list(getattr(thread.tasks, "standby", {}))],
-            state=lambda: self._state.value, global_stores=global_stores)
+            state=lambda: self._state.value, global_stores=global_stores,
+            identity=WorkerIdentity.of_this_process(self.config["application.server"], self.config["instance.name"],
+                                                    self.process_id))
+        server = None
         if iq.host is not None:
             server = InteractiveQueryServer(iq, iq.host, tls_cert=self.config["application.server.tls.cert"],
                                             tls_key=self.config["application.server.tls.key"],
                                             token=self.config["application.server.token"])
             server.start()
-            try:
-                iq.start()
-            except BaseException:
+        try:
+            iq.start()
+        except BaseException:
+            if server is not None:
                 server.stop()
-                raise
-            self._iq_server = server
+            raise
+        self._iq_server = server
         self._iq = iq
 
     def _stop_interactive_queries(self) -> None:

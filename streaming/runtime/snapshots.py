@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from streaming.errors import ConfigError
 from streaming.naming import store_of_changelog
-from streaming.state.store_identity import StoreIdentity, StoreIdentityError, live_identity
+from streaming.state.store_identity import NONE, StoreIdentity, StoreIdentityError, live_identity
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,9 @@ class SnapshotSource(Protocol):
         """The snapshots a restore of a changelog partition may start from, newest first; the restore uses the
         first one that loads whole (see :func:`seed_from_snapshots`)."""
 
+    def at_reset_epoch(self, epoch: str) -> SnapshotSource:
+        """This source for an application at reset epoch ``epoch``: snapshots made under another are not offered."""
+
 
 class NoSnapshots:
     """The default source: there are none."""
@@ -53,13 +56,17 @@ class NoSnapshots:
     def candidates(self, topic: str, partition: int) -> Iterator[Snapshot]:
         return iter(())
 
+    def at_reset_epoch(self, epoch: str) -> SnapshotSource:
+        return self
+
 
 class ParquetSnapshots:
     """The snapshots the platform's compaction writes under ``location`` (a local path or an
     ``s3://``/``hdfs://`` URI), for the stores of application ``application_id``.
 
-    A snapshot is offered only if its identity matches the changelog's as the broker describes it now
-    (:meth:`streaming.state.store_identity.StoreIdentity.conflict`: the same rule compaction applies) and the
+    A snapshot is offered only if its identity matches the changelog's as the broker describes it now, at the
+    application's reset epoch ``reset_epoch`` (:meth:`streaming.state.store_identity.StoreIdentity.conflict`:
+    the same rule compaction applies; a snapshot made before the last reset is never loaded) and the
     partition's data files hold the manifest's row count; every snapshot passed over is logged as an error
     naming the snapshot, the partition and why. ``client_config``: librdkafka settings of an admin client
     (bootstrap servers and security), to describe the changelog.
@@ -67,7 +74,8 @@ class ParquetSnapshots:
 
     IDENTITY_TTL_S = 30.0
 
-    def __init__(self, location: str, application_id: str, client_config: dict[str, Any]) -> None:
+    def __init__(self, location: str, application_id: str, client_config: dict[str, Any],
+                 reset_epoch: str = NONE) -> None:
         try:  # pyarrow reads the Parquet: a worker without snapshots never imports it
             from streaming.state import snapshots as layout
         except ImportError as exc:
@@ -77,14 +85,19 @@ class ParquetSnapshots:
         self.location = location
         self.application_id = application_id
         self._client_config = client_config
+        self.reset_epoch = reset_epoch
         self._identities: dict[str, tuple[float, StoreIdentity]] = {}
+
+    def at_reset_epoch(self, epoch: str) -> SnapshotSource:
+        return ParquetSnapshots(self.location, self.application_id, self._client_config, reset_epoch=epoch)
 
     def _live(self, store: str, topic: str) -> StoreIdentity | None:
         cached = self._identities.get(topic)
         if cached is not None and time.monotonic() - cached[0] < self.IDENTITY_TTL_S:
             return cached[1]
         try:
-            identity = live_identity(self._client_config, self.application_id, store, topic)
+            identity = live_identity(self._client_config, self.application_id, store, topic,
+                                     reset_epoch=self.reset_epoch)
         except StoreIdentityError as exc:
             log.error("store %r: snapshots not used, restoring from the changelog: %s", store, exc)
             return None

@@ -25,6 +25,9 @@ module, which needs nothing but pyarrow. One directory per changelog::
 - A partition's rows are the latest value of each key of that changelog partition up to (not
   including) the manifest's ``next_offset`` for it; tombstoned keys are absent. ``offset`` is the
   changelog offset of the row's record. A partition with no keys has no directory.
+- An application reset retires every snapshot of the stores it resets (:func:`retire`): the manifest and the data
+  move to ``retired/<reset epoch they were made under>/`` (manifest first, so the snapshot stops being one at
+  once). Nothing reads or prunes that directory: delete it when it is no longer wanted.
 - ``location`` is a local path, a ``file://`` URI, or an object-store / HDFS URI (``s3://``, ``hdfs://``;
   Hadoop's ``s3a://`` is read as ``s3://``), opened with :mod:`pyarrow.fs`.
 
@@ -57,6 +60,7 @@ __all__ = [
     "CLAIM_DIR",
     "DATA_DIR",
     "MANIFEST_FORMAT",
+    "RETIRED_DIR",
     "PartitionSnapshot",
     "SnapshotError",
     "SnapshotManifest",
@@ -71,6 +75,7 @@ __all__ = [
     "prune",
     "read_manifest",
     "read_partition",
+    "retire",
     "row_checksum",
     "store_uri",
     "utc_now_iso",
@@ -81,6 +86,7 @@ MANIFEST_FORMAT = 1
 DATA_DIR = "data"
 MANIFEST_DIR = "manifests"
 CLAIM_DIR = "claims"
+RETIRED_DIR = "retired"
 _ID_WIDTH = 8
 _ID = re.compile(r"^\d+$")
 _MANIFEST_NAME = re.compile(r"^(\d+)\.json$")
@@ -507,6 +513,43 @@ def _published_at(manifest: SnapshotManifest) -> float:
 def _delete_dir(target: _Store, directory: str) -> None:
     if target.fs.get_file_info(directory).type != pafs.FileType.NotFound:
         target.fs.delete_dir(directory)
+
+
+def retire(location: str, manifest: SnapshotManifest) -> str:
+    """Move a snapshot out of use (an application reset made it stale): its manifest, then its data, to
+    ``retired/<epoch>/manifests/<id>.json`` and ``retired/<epoch>/data/<id>/`` of the store directory, ``<epoch>``
+    being the reset epoch the snapshot was made under. Returns the retired snapshot's directory as the user
+    wrote the location.
+
+    Raises:
+        SnapshotError: a move failed (names the path); what was moved stays moved, a data directory left
+            without its manifest is no snapshot (and :func:`prune` removes it).
+    """
+    target = _open(location, manifest.application_id, manifest.store)
+    epoch = manifest.store_identity.reset_epoch
+    retired = target.path(RETIRED_DIR, epoch)
+    moves = [(target.path(MANIFEST_DIR, f"{manifest.snapshot_id}.json"),
+              target.path(RETIRED_DIR, epoch, MANIFEST_DIR, f"{manifest.snapshot_id}.json")),
+             (target.path(manifest.data), target.path(RETIRED_DIR, epoch, DATA_DIR, manifest.snapshot_id))]
+    try:
+        for source, destination in moves:
+            info = target.fs.get_file_info(source)
+            if info.type == pafs.FileType.NotFound:
+                continue  # a partition-less snapshot has no data directory
+            target.fs.create_dir(destination.rsplit("/", 1)[0], recursive=True)
+            if target.local or info.type == pafs.FileType.File:
+                target.fs.move(source, destination)  # a rename locally; one object elsewhere
+            else:  # object stores cannot move a directory: copy its files, then delete it
+                for item in target.fs.get_file_info(pafs.FileSelector(source, recursive=True)):
+                    if item.type == pafs.FileType.File:
+                        copy = destination + item.path[len(source):]
+                        target.fs.create_dir(copy.rsplit("/", 1)[0], recursive=True)
+                        target.fs.copy_file(item.path, copy)
+                target.fs.delete_dir(source)
+    except OSError as exc:
+        raise SnapshotError(f"cannot retire snapshot {manifest.snapshot_id} of store {manifest.store} to "
+                            f"{target.shown(retired)}: {exc}") from exc
+    return target.shown(retired)
 
 
 # ------------------------------------------------------------------------------------------ reading

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +66,7 @@ def test_status_shows_instances_tasks_owners_and_lag(bootstrap: str, unique_name
         shown = brook("status", unique_name, "-b", bootstrap).stdout
     finally:
         assert app.close(30)
-    assert "127.0.0.1:7391  RUNNING" in shown and "active tasks 0_0, 0_1" in shown
+    assert f"127.0.0.1:7391 (host {socket.gethostname()}, pid {os.getpid()})  RUNNING" in shown
+    assert "active tasks 0_0, 0_1" in shown and "last seen" in shown
     assert f"{source}[0]" in shown and f"{source}[1]" in shown
     assert shown.count("127.0.0.1:7391") >= 3  # the instance line and the owner of both partitions

@@ -26,6 +26,7 @@ from streaming.runtime.partitioning import partition_for_key
 from streaming.runtime.query_metadata import (
     Assignment,
     HostAnnouncement,
+    WorkerIdentity,
     decode_announcement,
     encode_announcement,
 )
@@ -94,10 +95,12 @@ class FakeReader:
         pass
 
 
-def announcement(host: str, offset: int, partitions: tuple[int, ...] = (), standby: tuple[str, ...] = ()
-                 ) -> HostAnnouncement:
+def announcement(host: str, offset: int, partitions: tuple[int, ...] = (), standby: tuple[str, ...] = (),
+                 server: bool = True) -> HostAnnouncement:
+    """An instance's announcement, keyed ``host``: its application.server, or (``server=False``) none."""
     return HostAnnouncement(host, "i-" + host, 1, 0, "RUNNING",
-                            Assignment({"in": partitions}, tuple(f"0_{p}" for p in partitions), standby), offset)
+                            Assignment({"in": partitions}, tuple(f"0_{p}" for p in partitions), standby), offset,
+                            application_server=host if server else None)
 
 
 # -- store views ---------------------------------------------------------------------------------------------
@@ -240,6 +243,15 @@ def test_metadata_picks_the_latest_claim_and_lists_standbys() -> None:
     assert harness.iq.metadata_for_key(STORE, key) == KeyQueryMetadata(None, [], 1)
 
 
+def test_metadata_routes_only_to_instances_with_an_application_server() -> None:
+    """Issue 17, item 1: every instance announces itself, but one without application.server cannot be asked."""
+    harness = Harness(host="h1:1")
+    key = next(k for k in (f"k{i}" for i in range(100)) if harness.partition(k) == 1)
+    harness.iq._reader = FakeReader(announcement("h1:1", 3, (0, 1)), announcement("instance-ab", 9, (1,), ("0_1",),
+                                                                                  server=False))
+    assert harness.iq.metadata_for_key(STORE, key) == KeyQueryMetadata("h1:1", [], 1)
+
+
 def test_metadata_with_a_key_serde_or_partitioner() -> None:
     harness = Harness(host="h1:1")
     harness.iq._reader = FakeReader(announcement("h1:1", 3, (0, 1, 2)))
@@ -257,10 +269,26 @@ def test_metadata_needs_application_server() -> None:
 
 def test_announcements_round_trip() -> None:
     assignment = Assignment({"in": (0, 2)}, ("0_0", "0_2"), ("0_1",))
-    data = encode_announcement("h:1", "abc", 7, "RUNNING", assignment, timestamp=123)
-    assert decode_announcement(data, 42) == HostAnnouncement("h:1", "abc", 7, 123, "RUNNING", assignment, 42)
+    server = WorkerIdentity("h:1", "box-1", 42, "w1", "abc")
+    data = encode_announcement(server, 7, "RUNNING", assignment, timestamp=123)
+    assert decode_announcement(data, 42, 5_000) == HostAnnouncement(
+        "h:1", "abc", 7, 123, "RUNNING", assignment, 42, application_server="h:1", hostname="box-1", pid=42,
+        instance_name="w1", record_timestamp=5_000)
+    plain = WorkerIdentity(None, "box-2", 43, None, "def")
+    decoded = decode_announcement(encode_announcement(plain, 1, "RUNNING", assignment, timestamp=1), 0)
+    assert (decoded.host, decoded.application_server, decoded.describe()) == (
+        "instance-def", None, "instance-def (host box-2, pid 43)")
     with pytest.raises(ValueError, match="version-1"):
         decode_announcement(b'{"version": 99}', 0)
+
+
+def test_announcements_written_before_every_instance_announced_are_read() -> None:
+    """Version-1 announcements without the identity fields came only from instances with application.server."""
+    old = (b'{"version": 1, "host": "h:1", "instance": "abc", "sequence": 3, "timestamp": 9, "state": "RUNNING", '
+           b'"active": {"in": [1]}, "active_tasks": ["0_1"], "standby_tasks": []}')
+    decoded = decode_announcement(old, 7)
+    assert (decoded.application_server, decoded.hostname, decoded.pid, decoded.describe()) == ("h:1", None, None,
+                                                                                               "h:1")
 
 
 def test_assignment_snapshot_of_local_tasks() -> None:

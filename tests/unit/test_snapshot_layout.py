@@ -250,3 +250,40 @@ def test_a_snapshot_identity_conflicts_with_a_recreated_or_repartitioned_changel
     }
     for live, reason in cases.items():
         assert reason in (snapshot.conflict(live) or ""), live
+
+
+def test_a_reset_retires_snapshots_out_of_use_and_out_of_prunes_reach(tmp_path: Path) -> None:
+    """Issue 17, item 2: a snapshot of an older reset epoch moves to retired/<epoch>/, manifest and data; it is no
+    snapshot any more (never listed, loaded or pruned), and the next compaction starts from the changelog."""
+    location = str(tmp_path)
+    first = publish(tmp_path, "00000001")
+    second = publish(tmp_path, "00000002", previous="00000001")
+    store_dir = tmp_path / APP / STORE
+    assert snap.retire(location, first) == str(store_dir / "retired" / "none")
+    assert snap.list_snapshot_ids(location, APP, STORE) == ["00000002"]
+    snap.retire(location, second)
+    assert snap.list_snapshot_ids(location, APP, STORE) == []
+    retired = store_dir / "retired" / "none"
+    assert sorted(p.name for p in (retired / "manifests").iterdir()) == ["00000001.json", "00000002.json"]
+    assert sorted(p.name for p in (retired / "data" / "00000002").iterdir()) == ["_SUCCESS", "partition=0",
+                                                                                   "partition=1"]
+    assert not (store_dir / "data" / "00000001").exists()
+    assert snap.prune(location, APP, STORE, keep=1) == []
+    assert (retired / "data" / "00000001" / "partition=0").is_dir()
+
+
+def test_retiring_on_an_object_store_copies_the_data_then_deletes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = pafs._MockFileSystem()
+    monkeypatch.setattr(snap, "_filesystem_from_uri", lambda uri: (memory, uri.split("://", 1)[1]))
+    location, root = "s3://bucket/snaps", f"bucket/snaps/{APP}/{STORE}"
+    m = manifest("00000003", {0: 5})
+    memory.create_dir(f"{root}/data/00000003/partition=0", recursive=True)
+    with memory.open_output_stream(f"{root}/data/00000003/partition=0/part-0.parquet") as out:
+        pq.write_table(pa.table({"key": [b"k"], "value": [b"v"], "offset": [4], "timestamp": [40]}), out)
+    snap.write_manifest(location, m)
+    assert snap.retire(location, m) == f"s3://bucket/snaps/{APP}/{STORE}/retired/none"
+    assert snap.list_snapshot_ids(location, APP, STORE) == []
+    files = memory.get_file_info(pafs.FileSelector(f"{root}/retired", recursive=True))
+    assert sorted(f.path for f in files if f.type == pafs.FileType.File) == [
+        f"{root}/retired/none/data/00000003/partition=0/part-0.parquet", f"{root}/retired/none/manifests/00000003.json"]
+    assert memory.get_file_info(f"{root}/data/00000003").type == pafs.FileType.NotFound

@@ -1,0 +1,75 @@
+"""Who is running, on the embedded broker (issue 17, item 1): a worker without ``application.server`` announces
+itself from start to close, ``brook status`` and :func:`live_workers` name it (host and pid), a clean stop takes it
+back at once (a tombstone), and a SIGKILLed one counts as alive until the bound after it was last seen. The
+embedded broker's DescribeGroups lists no members, so the announcements are all there is to go by."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from streaming.admin import create_topics
+from streaming.runtime.membership import group_members, live_workers
+from streaming.testing.kafka import wait_for
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def worker(bootstrap: str, app_id: str, tmp_path: Path, name: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "streaming.cli.main", "worker", "run", "apps.wordcount:topology",
+         "--config", str(ROOT / "apps/wordcount/config.yaml"), "--set", f"bootstrap.servers={bootstrap}",
+         "--set", f"application.id={app_id}", "--set", f"state.dir={tmp_path / name}", "--instance-name", name],
+        cwd=ROOT, stdout=(tmp_path / f"{name}.log").open("wb"), stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def status(bootstrap: str, app_id: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "streaming.cli.main", "status", app_id, "-b", bootstrap], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout
+
+
+def test_every_worker_announces_itself_until_it_stops(bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    create_topics(bootstrap, {"wordcount-lines": 4, "wordcount-words": 4, "wordcount-counts": 4})
+    config = {"bootstrap.servers": bootstrap}
+    workers = {name: worker(bootstrap, unique_name, tmp_path, name) for name in ("w1", "w2")}
+    try:
+        wait_for(lambda: len(live_workers(config, unique_name)) == 2, 60, "both workers to announce themselves")
+        alive = [worker.name for worker in live_workers(config, unique_name)]
+        host = socket.gethostname()
+        for name, process in workers.items():  # keyed instance-<process id>: no application.server
+            [line] = [line for line in alive if line.endswith(f" (host {host}, pid {process.pid}, instance.name {name})")]
+            assert line.startswith("instance-")
+        assert group_members(config, unique_name) == []  # the embedded broker lists no members
+        shown = status(bootstrap, unique_name)
+        assert "instances (2, as announced on" in shown
+        assert all(f"pid {process.pid}, instance.name {name})" in shown for name, process in workers.items())
+
+        workers["w1"].send_signal(signal.SIGTERM)  # a clean stop: its tombstone takes it back at once
+        assert workers["w1"].wait(60) == 0
+        [left] = live_workers(config, unique_name)
+        assert f"pid {workers['w2'].pid}" in left.name
+
+        workers["w2"].send_signal(signal.SIGKILL)  # no tombstone: alive until the bound after it was last seen
+        workers["w2"].wait(10)
+        killed_at = time.monotonic()
+        [ghost] = live_workers(config, unique_name, stale_after_s=4)
+        assert f"pid {workers['w2'].pid}" in ghost.name and ghost.last_seen_s is not None
+        assert "if it was killed, it counts as stopped in" in ghost.describe()
+        wait_for(lambda: live_workers(config, unique_name, stale_after_s=4) == [], 20,
+                 "the killed worker to count as stopped")
+        assert time.monotonic() - killed_at <= 4 + 1
+        assert len(live_workers(config, unique_name)) == 1  # with the real bound (60 s) it still counts as alive
+    finally:
+        for process in workers.values():
+            if process.poll() is None:
+                process.kill()
