@@ -3,8 +3,9 @@
 Built from small modules: the platform spec (``platform_spec``, checked against the apps' code by
 ``app_topologies``), resources (``resources``), the Kafka topics as external assets (``topics``),
 changelog compaction into snapshots (``compaction``), the daily topic archive (``archive``), Great
-Expectations checks on it (``quality``) and the schedules (``automation``). Reprocessing, scaling and
-sensors are planned and will join this ``dg.Definitions``.
+Expectations checks on it (``quality``), each app reprocessed in batch over the archive (``reprocess``) and
+the schedules (``automation``). Backfill automation, scaling and sensors are planned and will join this
+``dg.Definitions``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from assets.automation import automation_schedules
 from assets.compaction import compaction_assets
 from assets.platform_spec import find_spec_path, load_platform_spec
 from assets.quality import quality_checks, undecodable_checks
+from assets.reprocess import reprocess_assets, reprocess_checks
 from assets.resources import PlatformResource, kafka_resource, spark_resource
 from assets.topics import topic_asset_specs
 
@@ -25,8 +27,9 @@ platform_spec = load_platform_spec(spec_path)
 check_apps_against_topologies(platform_spec)
 
 defs = dg.Definitions(
-    assets=[*topic_asset_specs(platform_spec), *compaction_assets(platform_spec), *archive_assets(platform_spec)],
-    asset_checks=[*quality_checks(platform_spec), *undecodable_checks(platform_spec)],
+    assets=[*topic_asset_specs(platform_spec), *compaction_assets(platform_spec), *archive_assets(platform_spec),
+            *reprocess_assets(platform_spec)],
+    asset_checks=[*quality_checks(platform_spec), *undecodable_checks(platform_spec), *reprocess_checks(platform_spec)],
     schedules=automation_schedules(platform_spec.archive, platform_spec.archive_closing_minutes()),
     # Steps of a run share its process, hence one SparkSession (6-15 s to start) for all its Spark
     # assets; Spark parallelizes inside each step, and the `spark` pool keeps runs from overlapping.
