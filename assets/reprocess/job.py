@@ -36,7 +36,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from functools import partial
-from operator import add
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -452,7 +451,7 @@ def _merge_outputs(written: RDD, next_offsets: dict[TopicPartition, int]) -> RDD
     starts = dict(next_offsets)
     merged = (written.map(lambda output: ((output.topic, output.partition), output)).groupByKey()
               .flatMap(lambda group: merge_partition(group[1], starts.get(group[0], 0))).persist())
-    for tp, count in merged.map(lambda record: ((record.topic, record.partition), 1)).reduceByKey(add).collect():
+    for tp, count in merged.map(lambda record: (record.topic, record.partition)).countByValue().items():
         next_offsets[tp] = starts.get(tp, 0) + count
     return merged
 
@@ -473,7 +472,11 @@ def _write_outputs(spark: SparkSession, spec: PlatformSpec, plan: BatchPlan, app
 
     assert spec.reprocess is not None
     root = spec.reprocess.root() / app_name
-    rows = spark.createDataFrame(outputs.map(_as_row), READ_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    # The stages' results come in many small partitions (one per task of every stage): a write job per topic over
+    # each of them costs more than the records do, so they are gathered into as many partitions as Spark has cores.
+    parallelism = max(1, spark.sparkContext.defaultParallelism)
+    rows = (spark.createDataFrame(outputs.coalesce(parallelism).map(_as_row), READ_SCHEMA)
+            .persist(StorageLevel.MEMORY_AND_DISK))
     counts = dict(rows.groupBy("topic").count().collect())
     dead_letters = dead_letter_topic(plan.application_id)
     topics = {topic: spec.topics[topic] for topic in plan.output_topics}
