@@ -7,7 +7,8 @@ checking the whole range first. In order:
 
 1. **Refusals first**, before anything is read or written, each one line: a topology batch cannot run
    (:class:`streaming.batch.BatchPlanError`, a wall-clock punctuator naming its processor), a day before this one
-   reprocessed but not the day just before (:class:`~assets.reprocess.state.ReprocessStateError`), a day's input
+   reprocessed but not the day just before, or none before a day that is not the archive's first
+   (:class:`~assets.reprocess.state.ReprocessStateError`), a day's input
    the archive cannot give (:class:`~assets.reprocess.inputs.ReprocessInputError`: no archive, archived too early),
    and with ``publish: true`` a missing target topic (:class:`~assets.reprocess.publish.PublishError`).
 2. **The day's input**, on the driver: per input partition, the archived records from where the previous day's
@@ -194,11 +195,29 @@ def prepare_day(spec: PlatformSpec, app_name: str, day: date, client_config: dic
     previous = previous_state(spec.reprocess.root(), app_name, day)
     replayed = day_input(spec.archive.root(), {t: plan.partition_counts[t] for t in plan.input_topics}, day,
                          checked.bound_minutes, previous.stops if previous else None, spec.archive.start_date)
+    if previous is None:
+        _check_first_day(spec, app_name, day)
     stores = sorted({store for sub in plan.topology.subtopologies() for store in sub.stores})
     previous_snapshots = _previous_snapshots(snapshots_location(spec.reprocess.root(), app_name), plan, stores,
                                              previous)
     return PreparedDay(spec, app_name, day, plan, checked.settings, previous, replayed, stores, previous_snapshots,
                        started, client_config)
+
+
+def _check_first_day(spec: PlatformSpec, app_name: str, day: date) -> None:
+    """Refuse to start an app's reprocessing from empty state on any day but the archive's first: the state the
+    records before ``day`` built (tables, windows, deduplication) would be missing, and the outputs would differ
+    from the live app's.
+
+    Raises:
+        ReprocessStateError: naming the day to start from.
+    """
+    assert spec.archive is not None
+    if day != spec.archive.start_date:
+        raise ReprocessStateError(
+            f"day {day} of app {app_name!r} cannot be reprocessed: no day before it was, and it cannot start from "
+            f"empty state (its tables, windows and deduplication need every record before it): reprocess the days "
+            f"from the archive's first day {spec.archive.start_date} to {day} in order (a backfill)")
 
 
 def reprocess_day(spark: SparkSession, spec: PlatformSpec, app_name: str, day: date,
@@ -227,10 +246,12 @@ def reprocess_days(spec: PlatformSpec, app_name: str, first_day: date, last_day:
         raise ValueError(f"the last day {last_day} is before the first day {first_day}")
     checked = check_app(spec, app_name, client_config)
     assert spec.archive is not None and spec.reprocess is not None
-    previous_state(spec.reprocess.root(), app_name, first_day)
+    starts_from = previous_state(spec.reprocess.root(), app_name, first_day)
     days = [first_day + timedelta(days=n) for n in range((last_day - first_day).days + 1)]
     for day in days:
         check_archived(spec.archive.root(), checked.plan.input_topics, day, checked.bound_minutes)
+    if starts_from is None:
+        _check_first_day(spec, app_name, first_day)
     done = []
     for day in days:
         prepared = prepare_day(spec, app_name, day, client_config, checked)

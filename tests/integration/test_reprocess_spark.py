@@ -30,7 +30,7 @@ from assets.platform_spec import ArchiveSpec, PlatformSpec, ReprocessSpec, load_
 from assets.reprocess.inputs import ReprocessInputError, day_start_ms, frontier_of
 from assets.reprocess.job import reprocess_days
 from assets.reprocess.publish import PublishError, target_topic
-from assets.reprocess.state import snapshot_id, snapshots_location
+from assets.reprocess.state import ReprocessStateError, snapshot_id, snapshots_location
 from streaming.admin import create_topics
 from streaming.batch import BatchPlan, BatchRecord, DayState, run_day, select_day
 from streaming.serdes import Serdes
@@ -106,8 +106,8 @@ def spark_outputs(spec: PlatformSpec, topic: str, day: date) -> list[tuple[Any, 
 
 def test_the_spark_job_gives_what_run_day_gives_day_by_day(spark: Any, tmp_path: Path, broker: Any) -> None:
     """Three days in one call of ``reprocess_days`` (what a command-line backfill calls), with ``publish: true``:
-    refused whole, before anything is written, while the side topics do not exist and while the fourth day (which
-    the third day's run reads into) has no archive."""
+    refused whole, before anything is written, while the side topics do not exist, while the fourth day (which
+    the third day's run reads into) has no archive, and when it would start from empty state after the first day."""
     suffix = f".reprocessed-{uuid.uuid4().hex[:8]}"
     spec = spec_for(tmp_path, publish=True, publish_suffix=suffix)
     assert spec.archive is not None and spec.reprocess is not None
@@ -129,6 +129,12 @@ def test_the_spark_job_gives_what_run_day_gives_day_by_day(spark: Any, tmp_path:
         for topic, partitions in by_topic.items():
             write_archive(spec.archive.root(), topic, partitions, day,
                           spec.topics[topic].disorder_bound_minutes(spec.archive))
+
+    with pytest.raises(ReprocessStateError, match="^day 2023-11-15 of app 'orders' cannot be reprocessed: no day "
+                                                  "before it was, and it cannot start from empty state .* reprocess "
+                                                  "the days from the archive's first day 2023-11-14 to 2023-11-15"):
+        reprocess_days(spec, "orders", DAYS[1], DAYS[-1], spark, client)
+    assert not spec.reprocess.root().exists()
 
     runs = dict(zip(DAYS, reprocess_days(spec, "orders", DAYS[0], DAYS[-1], spark, client), strict=True))
     plan = BatchPlan(pipeline.topology(), "orders", {t: 4 for t in [*by_topic, *OUTPUTS]})
