@@ -1,7 +1,7 @@
 """``make demo``: the embedded broker, two worker processes per app over generated data, the platform's
 Dagster assets over their output, a summary.
 
-Starts the embedded broker, creates the topics, runs the word count (Processor API + wall-clock
+Starts the embedded broker, creates the topics, runs the word count (Processor API + stream-time
 punctuator) and the orders pipeline (dedupe, validate, mask, split, two joins, hourly windowed count
 with suppressed finals) in two ``brook worker run`` processes each. It produces generated lines, users
 and items at once, and feeds generated orders (with duplicates, invalid, out-of-order and late ones) in

@@ -27,7 +27,7 @@ from streaming.topology import Topology
 from streaming.topology.nodes import SinkNodeDef, SourceNodeDef
 from streaming.yaml_files import load_yaml
 
-__all__ = ["check_apps_against_topologies", "load_app_topology"]
+__all__ = ["app_settings", "check_apps_against_topologies", "load_app_topology"]
 
 _FORMAT_OF_SERDE: dict[type[Serde[Any]], str] = {
     StringSerde: "string", LongSerde: "long", IntegerSerde: "integer", DoubleSerde: "double",
@@ -48,13 +48,19 @@ def load_app_topology(app_name: str, app: AppSpec) -> Topology:
     return topology
 
 
-def _default_serdes(app: AppSpec) -> tuple[Serde[Any], Serde[Any]]:
-    """The app's ``default.key.serde`` / ``default.value.serde`` (String / Json unless its config says)."""
+def app_settings(app: AppSpec) -> dict[str, Any]:
+    """The app's Streams config file (``config``, relative to the repository root), with its ``application_id``."""
     path = Path(app.config)
     config: dict[str, Any] = {}
     resolved = path if path.is_absolute() else repo_root() / path
     if resolved.is_file():
         config = load_yaml(resolved.read_text()) or {}
+    return {**config, "application.id": app.application_id}
+
+
+def _default_serdes(app: AppSpec) -> tuple[Serde[Any], Serde[Any]]:
+    """The app's ``default.key.serde`` / ``default.value.serde`` (String / Json unless its config says)."""
+    config = app_settings(app)
     return (resolve_serde(config.get("default.key.serde", "String")),
             resolve_serde(config.get("default.value.serde", "Json")))
 

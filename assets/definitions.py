@@ -3,9 +3,9 @@
 Built from small modules: the platform spec (``platform_spec``, checked against the apps' code by
 ``app_topologies``), resources (``resources``), the Kafka topics as external assets (``topics``),
 changelog compaction into snapshots (``compaction``), the daily topic archive (``archive``), Great
-Expectations checks on it (``quality``) and the schedules (``automation``); the recompute sensor and the
-daily reprocess schedule (``reprocess.automation``) join as soon as the assets include ``reprocessed/<app>``.
-Scaling is planned and will join this ``dg.Definitions``.
+Expectations checks on it (``quality``), each app reprocessed in batch over the archive (``reprocess``), the
+schedules (``automation``), the recompute sensor and the daily reprocess schedule (``reprocess.automation``) and
+a reset job per app (``reset``). Scaling is planned and will join this ``dg.Definitions``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from assets.automation import automation_schedules
 from assets.compaction import compaction_assets
 from assets.platform_spec import find_spec_path, load_platform_spec
 from assets.quality import quality_checks, undecodable_checks
+from assets.reprocess import reprocess_assets, reprocess_checks
 from assets.reprocess.automation import reprocess_automation
 from assets.reset.jobs import reset_definitions
 from assets.resources import PlatformResource, kafka_resource, spark_resource
@@ -27,13 +28,14 @@ spec_path = find_spec_path()
 platform_spec = load_platform_spec(spec_path)
 check_apps_against_topologies(platform_spec)
 
-location_assets = [*topic_asset_specs(platform_spec), *compaction_assets(platform_spec), *archive_assets(platform_spec)]
-# The recompute sensor and the reprocess schedule, for the reprocessed/<app> assets among them (none yet: none).
+location_assets = [*topic_asset_specs(platform_spec), *compaction_assets(platform_spec), *archive_assets(platform_spec),
+                   *reprocess_assets(platform_spec)]
+# The recompute sensor and the reprocess schedule, for the reprocessed/<app> assets among them.
 reprocess_sensors, reprocess_schedules = reprocess_automation(platform_spec, location_assets)
 
 defs = dg.Definitions(
     assets=location_assets,
-    asset_checks=[*quality_checks(platform_spec), *undecodable_checks(platform_spec)],
+    asset_checks=[*quality_checks(platform_spec), *undecodable_checks(platform_spec), *reprocess_checks(platform_spec)],
     schedules=[*automation_schedules(platform_spec.archive, platform_spec.archive_closing_minutes()),
                *reprocess_schedules],
     sensors=reprocess_sensors,

@@ -44,6 +44,7 @@ __all__ = [
     "PlatformSpecError",
     "QualityRule",
     "RecordFormat",
+    "ReprocessSpec",
     "SnapshotsSpec",
     "StoreSpec",
     "TopicSpec",
@@ -318,6 +319,32 @@ class ArchiveSpec(_Model):
         return path if path.is_absolute() else repo_root() / path
 
 
+class ReprocessSpec(_Model):
+    """Where batch reprocessing (the ``reprocessed/<app>`` assets) writes each day's outputs, in the archive's
+    layout (``<location>/<app>/<topic>/date=D/``), and the state one day's run hands the next
+    (``<location>/<app>/_state/``); how many records a task processes between two commits (``chunk``); and whether
+    the outputs are also produced to Kafka (``publish``)."""
+
+    location: str = Field(default=".brook/reprocessed", min_length=1)
+    chunk: PositiveInt = 1000
+    publish: bool = False
+    """Produce each reprocessed day's outputs to Kafka too (``assets.reprocess.publish``), to ``<topic>`` plus
+    ``publish_suffix``: a side topic by default, the output topics themselves with an empty suffix."""
+    publish_suffix: str = ".reprocessed"
+
+    @field_validator("location")
+    @classmethod
+    def _local_path(cls, location: str) -> str:
+        if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", location):
+            raise ValueError(f"reprocess location {location!r}: only a local directory is supported")
+        return location
+
+    def root(self) -> Path:
+        """The reprocessing directory, absolute."""
+        path = Path(self.location).expanduser()
+        return path if path.is_absolute() else repo_root() / path
+
+
 class SnapshotsSpec(_Model):
     """Where changelog compaction writes store snapshots (and workers read them), how many to keep, and for how
     long a superseded one is kept anyway (``prune_grace_minutes``).
@@ -353,6 +380,8 @@ class PlatformSpec(_Model):
     """No section, no archive (and so no quality rules: they check the archive)."""
     quality: list[QualityRule] = Field(default_factory=list)
     snapshots: SnapshotsSpec = Field(default_factory=SnapshotsSpec)
+    reprocess: ReprocessSpec | None = None
+    """No section, no ``reprocessed/<app>`` assets (they replay the archive: it needs an archive section)."""
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Self:
@@ -379,6 +408,8 @@ class PlatformSpec(_Model):
                     errors.append(f"app {name!r}: co-partitioned topics differ in partition count: {counts}")
         if self.quality and self.archive is None:
             errors.append("quality rules check the topics' archive: add an archive section (start_date at least)")
+        if self.reprocess is not None and self.archive is None:
+            errors.append("reprocessing replays the topics' archive: add an archive section (start_date at least)")
         for rule in self.quality:
             errors.extend(rule.column_problems(self.topics))
         if len({rule.name for rule in self.quality}) != len(self.quality):

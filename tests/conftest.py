@@ -35,6 +35,8 @@ XDIST_GROUPS: dict[str, str] = {
     "tests/e2e/test_cli_materialize.py": "spark",
     "tests/integration/test_archive.py": "spark",
     "tests/integration/test_kafka_source.py": "spark",
+    "tests/integration/test_reprocess_spark.py": "spark",
+    "tests/integration/test_reprocess_equals_live.py": "spark",
     # the fault-injection runs: several worker processes each, SIGKILLed on a schedule, with short session
     # timeouts; two of them at once on 2 cores would starve each other's heartbeats
     "tests/integration/test_fault_injection.py": "faults",

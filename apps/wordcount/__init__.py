@@ -1,4 +1,4 @@
-"""Word count with the Processor API and a wall-clock punctuator.
+"""Word count with the Processor API and a stream-time punctuator.
 
 Run it: ``brook worker run apps.wordcount:topology --config apps/wordcount/config.yaml``.
 """
@@ -6,6 +6,7 @@ Run it: ``brook worker run apps.wordcount:topology --config apps/wordcount/confi
 from apps.wordcount.topology import (
     INPUT_TOPIC,
     OUTPUT_TOPIC,
+    PENDING_STORE,
     STORE,
     WORDS_TOPIC,
     LineSplitter,
@@ -13,4 +14,5 @@ from apps.wordcount.topology import (
     topology,
 )
 
-__all__ = ["INPUT_TOPIC", "OUTPUT_TOPIC", "STORE", "WORDS_TOPIC", "LineSplitter", "WordCountProcessor", "topology"]
+__all__ = ["INPUT_TOPIC", "OUTPUT_TOPIC", "PENDING_STORE", "STORE", "WORDS_TOPIC", "LineSplitter", "WordCountProcessor",
+           "topology"]

@@ -10,6 +10,10 @@ A record that cannot be decoded (bad bytes, a value that is not a JSON object, a
 type) is not dropped: its row carries the reason in ``_error`` and the raw bytes in ``_raw_key`` /
 ``_raw_value``, and the archive writes it under ``_undecodable/`` instead of with the day's records.
 
+Every row, decodable or not, also carries the record as Kafka holds it — key and value bytes and headers
+(``_record_key``, ``_record_value``, ``_record_headers``) — which the archive writes under ``_raw/``: what a
+replay of the topology needs (``assets/reprocess``).
+
 :func:`decode_batches` works on Arrow record batches with the ``brook-kafka`` source's columns, so it
 runs inside Spark's ``mapInArrow`` as well as on its own.
 """
@@ -26,12 +30,17 @@ import pyarrow as pa
 from assets.archive.schema import arrow_schema
 from assets.platform_spec import ARCHIVE_METADATA_COLUMNS, EXTRA_FIELDS_COLUMN, FieldType, RecordFormat, TopicSpec
 
-__all__ = ["ERROR_COLUMN", "RAW_KEY_COLUMN", "RAW_VALUE_COLUMN", "DecodeError", "decode_batches",
-           "decoded_schema"]
+__all__ = ["ERROR_COLUMN", "HEADERS_TYPE", "RAW_KEY_COLUMN", "RAW_VALUE_COLUMN", "RECORD_HEADERS_COLUMN",
+           "RECORD_KEY_COLUMN", "RECORD_VALUE_COLUMN", "DecodeError", "decode_batches", "decoded_schema"]
 
 ERROR_COLUMN = "_error"
 RAW_KEY_COLUMN = "_raw_key"
 RAW_VALUE_COLUMN = "_raw_value"
+RECORD_KEY_COLUMN = "_record_key"
+RECORD_VALUE_COLUMN = "_record_value"
+RECORD_HEADERS_COLUMN = "_record_headers"
+#: Kafka headers as the ``brook-kafka`` source and Spark's Kafka source give them.
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 
 class DecodeError(ValueError):
@@ -94,11 +103,13 @@ def _field_value(kind: FieldType, name: str, value: Any) -> Any:
 
 
 def decoded_schema(topic: TopicSpec) -> pa.Schema:
-    """The archive's columns plus ``_error``, ``_raw_key`` and ``_raw_value`` (set for undecodable records)."""
+    """The archive's columns plus ``_error``, ``_raw_key`` and ``_raw_value`` (set for undecodable records), and the
+    record's key and value bytes and headers (set for every record)."""
     archive = arrow_schema(topic)
     relaxed = [field.with_nullable(True) for field in archive]  # an undecodable row has nulls anywhere
     return pa.schema([*relaxed, pa.field(ERROR_COLUMN, pa.string()), pa.field(RAW_KEY_COLUMN, pa.binary()),
-                      pa.field(RAW_VALUE_COLUMN, pa.binary())])
+                      pa.field(RAW_VALUE_COLUMN, pa.binary()), pa.field(RECORD_KEY_COLUMN, pa.binary()),
+                      pa.field(RECORD_VALUE_COLUMN, pa.binary()), pa.field(RECORD_HEADERS_COLUMN, HEADERS_TYPE)])
 
 
 class _Columns:
@@ -148,14 +159,19 @@ class _Columns:
 
 
 def decode_batch(batch: pa.RecordBatch, topic: TopicSpec, schema: pa.Schema) -> pa.RecordBatch:
-    """One batch of ``brook-kafka`` rows (key, value, topic, partition, offset, timestamp, ...) decoded."""
+    """One batch of ``brook-kafka`` rows (key, value, topic, partition, offset, timestamp, headers if read) decoded."""
     columns = _Columns(topic)
     for key, value in zip(batch.column("key").to_pylist(), batch.column("value").to_pylist(), strict=True):
         columns.add(key, value)
+    as_read = {RECORD_KEY_COLUMN: batch.column("key"), RECORD_VALUE_COLUMN: batch.column("value"),
+               RECORD_HEADERS_COLUMN: batch.column("headers") if "headers" in batch.schema.names
+               else pa.nulls(batch.num_rows, HEADERS_TYPE)}
     arrays = []
     for field in schema:
         if field.name in ARCHIVE_METADATA_COLUMNS:
             arrays.append(batch.column(field.name).cast(field.type))
+        elif field.name in as_read:
+            arrays.append(as_read[field.name].cast(field.type))
         else:
             arrays.append(pa.array(columns.data[field.name], type=field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

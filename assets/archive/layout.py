@@ -1,11 +1,14 @@
 """Where the archive keeps a topic's day, and how to read it back.
 
 ``<root>/<topic>/date=<YYYY-MM-DD>/`` holds the day's records as Parquet files, a manifest
-(``_archive.json``: offset ranges, row counts, when it was written) and, when some records could not
-be decoded, ``_undecodable/`` (their raw key and value bytes and the reason). Readers (pyarrow,
-Spark, pandas) skip names starting with ``_`` or ``.``, so ``spark.read.parquet("<root>/<topic>")``
-gives the decoded records of every day with a ``date`` column. A day directory appears whole or not
-at all (see :mod:`assets.archive.writer`).
+(``_archive.json``: offset ranges, row counts, when it was written), ``_raw/`` (every record of the
+day as Kafka held it, decodable or not: ``partition``, ``offset``, ``timestamp``, ``key`` and ``value``
+bytes, ``headers`` — what a replay of the app needs; its count is the manifest's ``raw_records``) and,
+when some records could not be decoded, ``_undecodable/`` (their raw key and value bytes and the
+reason). Readers (pyarrow, Spark, pandas) skip names starting with ``_`` or ``.``, so
+``spark.read.parquet("<root>/<topic>")`` gives the decoded records of every day with a ``date``
+column. A day directory appears whole or not at all (see :mod:`assets.archive.writer`). Days archived
+before ``_raw/`` existed have no ``raw_records`` in their manifest: archive them again to replay them.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["MANIFEST", "UNDECODABLE_DIR", "ArchiveMissingError", "day_dir", "day_row_count", "read_day",
-           "read_manifest", "read_undecodable", "undecodable_row_count"]
+__all__ = ["MANIFEST", "RAW_DIR", "UNDECODABLE_DIR", "ArchiveMissingError", "day_dir", "day_row_count",
+           "raw_dir", "read_day", "read_manifest", "read_undecodable", "undecodable_row_count"]
 
 MANIFEST = "_archive.json"
 UNDECODABLE_DIR = "_undecodable"
+RAW_DIR = "_raw"
 
 
 class ArchiveMissingError(FileNotFoundError):
@@ -40,6 +44,11 @@ def _existing(root: Path, topic: str, day: date) -> Path:
         raise ArchiveMissingError(f"topic {topic!r} has no archive for {day.isoformat()}: {path} does not exist "
                                   f"(materialize archive/{topic} partition {day.isoformat()})")
     return path
+
+
+def raw_dir(root: Path, topic: str, day: date) -> Path:
+    """``<root>/<topic>/date=<day>/_raw``: the day's records as Kafka held them (raises if the day is not archived)."""
+    return _existing(root, topic, day) / RAW_DIR
 
 
 def read_day(root: Path, topic: str, day: date, columns: list[str] | None = None) -> pd.DataFrame:

@@ -8,8 +8,9 @@
    behind the largest one before it in its partition; more than ``max_disorder_minutes`` fails the
    run, naming the record) and counts, per partition, the day's rows and undecodable records.
 4. The day's records (timestamp in ``[D, D + 1 day)``) are written to a staging directory, its
-   undecodable records to ``_undecodable/`` in it, and the staging directory is published with its
-   manifest as ``date=D`` (:mod:`assets.archive.writer`).
+   undecodable records to ``_undecodable/`` in it, every one of its records as Kafka held it (key and
+   value bytes, headers, partition, offset, timestamp) to ``_raw/``, and the staging directory is
+   published with its manifest as ``date=D`` (:mod:`assets.archive.writer`).
 """
 
 from __future__ import annotations
@@ -24,8 +25,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from assets.archive.day_offsets import DAY_MS, DayRange, day_offset_ranges
-from assets.archive.decode import ERROR_COLUMN, RAW_KEY_COLUMN, RAW_VALUE_COLUMN, decode_batches, decoded_schema
-from assets.archive.layout import UNDECODABLE_DIR
+from assets.archive.decode import (
+    ERROR_COLUMN,
+    RAW_KEY_COLUMN,
+    RAW_VALUE_COLUMN,
+    RECORD_HEADERS_COLUMN,
+    RECORD_KEY_COLUMN,
+    RECORD_VALUE_COLUMN,
+    decode_batches,
+    decoded_schema,
+)
+from assets.archive.layout import RAW_DIR, UNDECODABLE_DIR
 from assets.archive.writer import discard_staging, publish_day, recover_day, staging_dir
 from assets.platform_spec import ArchiveSpec, TopicSpec
 from assets.spark import SOURCE_NAME, client_options
@@ -34,7 +44,8 @@ from assets.spark.offsets import partition_bounds, reader_consumer, topic_partit
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["READER_SETTINGS", "ArchiveError", "ArchivedDay", "PartitionReport", "archive_day"]
+__all__ = ["READER_SETTINGS", "READ_SCHEMA", "ArchiveError", "ArchivedDay", "PartitionReport", "archive_day",
+           "write_records"]
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +56,9 @@ log = logging.getLogger(__name__)
 #: soon as data is there, so a short wait costs nothing but a few empty fetches at a partition's end.
 READER_SETTINGS = {"fetch.wait.max.ms": 10}
 
-#: The source's columns the archive needs (the source builds only these; headers are not archived).
-_READ_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+#: The source's columns the archive needs (the source builds only these).
+READ_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+                "headers array<struct<key: string, value: binary>>")
 
 
 class ArchiveError(RuntimeError):
@@ -111,7 +123,7 @@ def _read_decoded(spark: SparkSession, client_config: dict[str, Any], topic: str
     offsets = {"start": {topic: {str(p): r.start for p, r in ranges.items()}},
                "end": {topic: {str(p): r.end for p, r in ranges.items()}}}
     raw = (spark.read.format(SOURCE_NAME)
-           .schema(_READ_SCHEMA)
+           .schema(READ_SCHEMA)
            .options(**client_options(client_config))
            .option("subscribe", topic)
            .option("startingOffsets", json.dumps(offsets["start"]))
@@ -166,20 +178,31 @@ def _column(name: str) -> Column:
     return F.col("`" + name.replace("`", "``") + "`")
 
 
-def _write(decoded: DataFrame, spec: TopicSpec, day_start_ms: int, staging: Path, undecodable: int) -> None:
-    """The day's decoded records into ``staging``, its undecodable ones (raw bytes, reason) into
-    ``staging/_undecodable``."""
+def _in_day(day_start_ms: int) -> Column:
+    """Whether a row's timestamp falls in the day starting at ``day_start_ms``."""
     from pyspark.sql import functions as F
 
     ts_ms = F.unix_millis("timestamp")
-    in_day = (ts_ms >= day_start_ms) & (ts_ms < day_start_ms + DAY_MS)
-    (decoded.where(in_day & F.col(ERROR_COLUMN).isNull()).select(*[_column(name) for name in spec.columns()])
+    return (ts_ms >= day_start_ms) & (ts_ms < day_start_ms + DAY_MS)
+
+
+def write_records(decoded: DataFrame, spec: TopicSpec, selected: Column, staging: Path, undecodable: int) -> None:
+    """The ``selected`` rows of ``decoded`` (rows of :func:`assets.archive.decode.decoded_schema`) in the archive's
+    layout under ``staging``: the decoded records, the undecodable ones (raw bytes, reason) in ``_undecodable``
+    (``undecodable``: how many there are), and all of them as Kafka held them in ``_raw``."""
+    from pyspark.sql import functions as F
+
+    (decoded.where(selected & F.col(ERROR_COLUMN).isNull()).select(*[_column(name) for name in spec.columns()])
      .write.mode("errorifexists").parquet(str(staging)))
     if undecodable:
-        (decoded.where(in_day & F.col(ERROR_COLUMN).isNotNull())
+        (decoded.where(selected & F.col(ERROR_COLUMN).isNotNull())
          .select("topic", "partition", "offset", "timestamp", F.col(RAW_KEY_COLUMN).alias("key"),
                  F.col(RAW_VALUE_COLUMN).alias("value"), F.col(ERROR_COLUMN).alias("error"))
          .write.parquet(str(staging / UNDECODABLE_DIR)))
+    (decoded.where(selected)
+     .select("partition", "offset", "timestamp", F.col(RECORD_KEY_COLUMN).alias("key"),
+             F.col(RECORD_VALUE_COLUMN).alias("value"), F.col(RECORD_HEADERS_COLUMN).alias("headers"))
+     .write.parquet(str(staging / RAW_DIR)))
 
 
 def _reports(ranges: dict[int, DayRange], stats: dict[int, dict[str, Any]]) -> dict[int, PartitionReport]:
@@ -223,9 +246,10 @@ def archive_day(spark: SparkSession, client_config: dict[str, Any], topic: str, 
         recover_day(root, topic, day)
         staging = staging_dir(root, topic, day)
         try:
-            _write(decoded, spec, day_start_ms, staging, undecodable)
+            write_records(decoded, spec, _in_day(day_start_ms), staging, undecodable)
             size = _bytes_under(staging)
             manifest = {"topic": topic, "day": day.isoformat(), "rows": rows, "undecodable": undecodable,
+                        "raw_records": rows + undecodable,
                         "max_disorder_minutes": bound_minutes,
                         "written_at": datetime.now(UTC).isoformat(),
                         "partitions": {str(p): asdict(report) for p, report in reports.items()}}

@@ -14,6 +14,8 @@ value (``observed <label>``), plus the GE statistics and a summary table.
 """
 
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from assets.quality.expectations import expectations_for, row_count_bounds
 from assets.quality.validation import RuleOutcome, columns_to_read, prepare_frame, run_expectations
 from assets.resources import PlatformResource
 
-__all__ = ["checked_day", "quality_checks"]
+__all__ = ["TopicDays", "checked_day", "quality_checks", "rule_check"]
 
 
 def _describe(rule: QualityRule) -> str:
@@ -45,28 +47,44 @@ def _describe(rule: QualityRule) -> str:
     return f"Quality rule {rule.name} ({rule.check}, {rule.severity}{blocking}): {what}."
 
 
-def checked_day(context: dg.AssetCheckExecutionContext, topic: str) -> date:
-    """The run's partition, else the archive's latest materialized partition."""
-    if context.has_partition_key:
-        return partition_day(context.partition_key)
-    event = context.instance.get_latest_materialization_event(archive_asset_key(topic))
-    partition = event.asset_materialization.partition if event and event.asset_materialization else None
-    if partition is None:
-        raise dg.Failure(f"archive/{topic} has no materialized partition to check: materialize a day first, "
-                         "or run the check with the archive partition")
-    return partition_day(partition)
+@dataclass(frozen=True)
+class TopicDays:
+    """Which asset a rule checks and where the days of each topic it reads are (in the archive's layout): the
+    archive for the archive's checks; for a reprocessed app, its outputs' days there and its inputs' in the archive."""
+
+    asset_key: Callable[[str], dg.AssetKey]
+    """The checked asset, from the rule's topic."""
+    root: Callable[[PlatformSpec, str], Path]
+    """The directory holding a topic's days, from the spec the run reads."""
 
 
-def _archive_root(spec: PlatformSpec) -> Path:
+def _archive_root(spec: PlatformSpec, topic: str) -> Path:
     if spec.archive is None:
         raise dg.Failure("the platform spec has no archive section any more: reload the code location")
     return spec.archive.root()
 
 
-def _baseline_rows(spec: PlatformSpec, rule: QualityRule, day: date) -> tuple[int, dict[str, int]]:
-    """The baseline's rows for the day less the ``baseline_minus`` rows, and each archive's count."""
-    root = _archive_root(spec)
-    counts = {topic: day_row_count(root, topic, day) for topic in [rule.baseline or "", *rule.baseline_minus]}
+ARCHIVE_DAYS = TopicDays(archive_asset_key, _archive_root)
+
+
+def checked_day(context: dg.AssetCheckExecutionContext, topic: str,
+                asset_key: dg.AssetKey | None = None) -> date:
+    """The run's partition, else the latest materialized partition of ``asset_key`` (default: the topic's archive)."""
+    if context.has_partition_key:
+        return partition_day(context.partition_key)
+    key = asset_key or archive_asset_key(topic)
+    event = context.instance.get_latest_materialization_event(key)
+    partition = event.asset_materialization.partition if event and event.asset_materialization else None
+    if partition is None:
+        raise dg.Failure(f"{key.to_user_string()} has no materialized partition to check: materialize a day first, "
+                         "or run the check with its partition")
+    return partition_day(partition)
+
+
+def _baseline_rows(spec: PlatformSpec, rule: QualityRule, day: date, days: TopicDays) -> tuple[int, dict[str, int]]:
+    """The baseline's rows for the day less the ``baseline_minus`` rows, and each one's count."""
+    counts = {topic: day_row_count(days.root(spec, topic), topic, day)
+              for topic in [rule.baseline or "", *rule.baseline_minus]}
     baseline = counts[rule.baseline or ""] - sum(counts[t] for t in rule.baseline_minus)
     return baseline, counts
 
@@ -116,15 +134,17 @@ def _metadata(outcome: RuleOutcome, day: date, path: str) -> dict[str, Any]:
     return metadata
 
 
-def _rule_check(spec: PlatformSpec, rule: QualityRule) -> dg.AssetChecksDefinition:
+def rule_check(spec: PlatformSpec, rule: QualityRule, days: TopicDays = ARCHIVE_DAYS) -> dg.AssetChecksDefinition:
+    """The asset check of ``rule`` on the asset ``days`` names (default: the rule's topic's archive)."""
     baselines = [rule.baseline, *rule.baseline_minus] if rule.baseline else []
+    asset_key = days.asset_key(rule.topic)
 
     @dg.asset_check(
-        asset=archive_asset_key(rule.topic),
+        asset=asset_key,
         name=rule.name,
         description=_describe(rule),
         blocking=rule.severity == "ERROR",
-        additional_deps=[archive_asset_key(topic) for topic in baselines],
+        additional_deps=[days.asset_key(topic) for topic in baselines if days.asset_key(topic) != asset_key],
     )
     def check(context: dg.AssetCheckExecutionContext, platform: PlatformResource) -> dg.AssetCheckResult:
         current = platform.spec()
@@ -133,8 +153,8 @@ def _rule_check(spec: PlatformSpec, rule: QualityRule) -> dg.AssetChecksDefiniti
             raise dg.Failure(f"quality rule {rule.name!r} is no longer in the platform spec {platform.path}: "
                              "reload the code location")
         topic = current.topics[checked.topic]
-        day = checked_day(context, checked.topic)
-        root = _archive_root(current)
+        day = checked_day(context, checked.topic, asset_key)
+        root = days.root(current, checked.topic)
         extra: dict[str, Any] = {}
         baseline_rows = None
         undecodable = None
@@ -144,7 +164,7 @@ def _rule_check(spec: PlatformSpec, rule: QualityRule) -> dg.AssetChecksDefiniti
                 undecodable = read_undecodable(root, checked.topic, day, ["partition", "offset", "value"])
                 extra = {"undecodable rows checked": len(undecodable)}
             if checked.check == "row_count":
-                baseline_rows, counts = _baseline_rows(current, checked, day)
+                baseline_rows, counts = _baseline_rows(current, checked, day, days)
                 low, high = row_count_bounds(checked, baseline_rows)
                 extra = {"baseline rows": dg.MetadataValue.json(counts), "expected rows": f"[{low}, {high}]"}
         except ArchiveMissingError as exc:
@@ -164,4 +184,4 @@ def _rule_check(spec: PlatformSpec, rule: QualityRule) -> dg.AssetChecksDefiniti
 
 def quality_checks(spec: PlatformSpec) -> list[dg.AssetChecksDefinition]:
     """One asset check per quality rule of ``spec``, on the archive of the rule's topic."""
-    return [_rule_check(spec, rule) for rule in spec.quality]
+    return [rule_check(spec, rule) for rule in spec.quality]

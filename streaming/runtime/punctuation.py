@@ -37,6 +37,28 @@ class PunctuationQueue:
         self.next_time = min(self.next_time, schedule.next_time)
         return schedule.handle
 
+    def next_times(self) -> dict[str, list[int]]:
+        """When each live schedule fires next, per node, in the order the node scheduled them."""
+        times: dict[str, list[int]] = {}
+        for schedule in self._schedules:
+            if not schedule.handle.cancelled:
+                times.setdefault(schedule.node, []).append(schedule.next_time)
+        return times
+
+    def set_next_times(self, times: dict[str, list[int]]) -> None:
+        """Go on from :meth:`next_times` of an earlier run of the same processors (a schedule it does not name keeps
+        its own time)."""
+        seen: dict[str, int] = {}
+        for schedule in self._schedules:
+            if schedule.handle.cancelled:
+                continue
+            index = seen[schedule.node] = seen.get(schedule.node, -1) + 1
+            known = times.get(schedule.node, [])
+            if index < len(known):
+                schedule.next_time = known[index]
+        live = [s.next_time for s in self._schedules if not s.handle.cancelled]
+        self.next_time = min(live, default=2**63)
+
     def punctuate(self, now: int, fire: Callable[[PunctuationSchedule, int], None]) -> bool:
         """Fire every schedule due at ``now`` through ``fire``; return whether any fired."""
         fired = False

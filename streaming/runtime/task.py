@@ -117,6 +117,8 @@ class StreamTask:
         self._committed: dict[TopicPartition, int] = {}
         self._stream_punctuations = PunctuationQueue()
         self._wall_punctuations = PunctuationQueue()
+        # Why wall-clock punctuators cannot run here (batch reprocessing has no wall clock), or None: they can.
+        self.wall_clock_refused: str | None = None
         self._collector = collector
         self._topology = topology
         self._processors: list[tuple[str, Any]] = []
@@ -519,7 +521,20 @@ class StreamTask:
         if punctuation_type is PunctuationType.STREAM_TIME:
             # Aligned to 0: the first punctuation comes with the first record, then every interval.
             return self._stream_punctuations.add(PunctuationSchedule(0, interval, callback, node))
+        if self.wall_clock_refused is not None:
+            raise TopologyError(f"processor {node!r} schedules a wall-clock punctuator (every {interval} ms), which "
+                                f"{self.wall_clock_refused}: schedule it on PunctuationType.STREAM_TIME instead")
         return self._wall_punctuations.add(PunctuationSchedule(self.clock() + interval, interval, callback, node))
+
+    def stream_punctuation_times(self) -> dict[str, list[int]]:
+        """When each stream-time punctuator fires next, per processor (what :meth:`resume_stream_punctuations` of
+        a later run of the same topology goes on from)."""
+        return self._stream_punctuations.next_times()
+
+    def resume_stream_punctuations(self, times: dict[str, list[int]]) -> None:
+        """Go on with the stream-time schedules of an earlier run (after :meth:`initialize_topology`, whose
+        processors' ``init`` schedule them anew, aligned to 0: without this each would fire at the first record)."""
+        self._stream_punctuations.set_next_times(times)
 
     def maybe_punctuate_wall_clock(self, now: int) -> bool:
         if now < self._wall_punctuations.next_time:

@@ -5,20 +5,20 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_CREATE_TIME, Message, TopicPartition
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 
 from streaming.config import StreamsConfig
-from streaming.errors import ProductionError
 from streaming.naming import dead_letter_topic
 from streaming.runtime import checkpoint
 from streaming.runtime.context import to_millis
 from streaming.runtime.dead_letters import DeadLetterWriter
 from streaming.runtime.error_handlers import configured_handlers
 from streaming.runtime.global_state import GlobalStateManager
+from streaming.runtime.memory_collector import MemoryRecordCollector
 from streaming.runtime.state_directory import has_persistent_stores, lock_application_dir
 from streaming.runtime.task import StreamTask
 from streaming.serdes import Serde
@@ -26,57 +26,8 @@ from streaming.state.api import KeyValueStore, StateStore, TimestampedKeyValueSt
 from streaming.state.caching import cache_budget
 from streaming.state.session import TypedSessionStore
 from streaming.state.window import TimestampedTypedWindowStore
-from streaming.testing.topics import TestInputTopic, TestOutputTopic, TestRecord
+from streaming.testing.topics import TestInputTopic, TestOutputTopic
 from streaming.topology.topology import Topology
-
-
-class _DriverProducer:
-    """The driver's :class:`~streaming.runtime.streams_producer.StreamsProducer`: nothing is outstanding, and
-    a commit records the committed offsets (:attr:`TopologyTestDriver.committed_offsets`)."""
-
-    def __init__(self) -> None:
-        self.committed: dict[tuple[str, int], int] = {}
-
-    def begin(self) -> None:
-        """Nothing to begin (the driver has no transactions)."""
-
-    def commit(self, offsets: list[TopicPartition]) -> bool:
-        self.committed.update({(tp.topic, tp.partition): tp.offset for tp in offsets})
-        return True
-
-
-class _DriverCollector:
-    """Collects produced records per topic (one partition each) instead of sending them to Kafka.
-
-    With ``producer.message.max.bytes`` set, a record whose key, value and headers exceed it is refused
-    as librdkafka refuses it at send time (:class:`ProductionError`), so the production error handler can
-    be tested here; the size is an approximation of librdkafka's (which adds a few bytes of framing)."""
-
-    def __init__(self, max_message_bytes: int | None = None) -> None:
-        self.outputs: dict[str, deque[TestRecord]] = defaultdict(deque)
-        self.pending: deque[tuple[str, TestRecord]] = deque()
-        self.produced: set[str] = set()  # every topic written to, read or not
-        self.producer = _DriverProducer()
-        self._max_bytes = max_message_bytes
-
-    def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
-             partition: int = -1) -> None:
-        if self._max_bytes is not None:
-            size = len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers or [])
-            if size > self._max_bytes:
-                raise ProductionError(f"cannot send to topic {topic!r} (partition {partition}): KafkaError"
-                                      f"{{code=MSG_SIZE_TOO_LARGE,val=10,str=\"Broker: Message size too large\"}} "
-                                      f"({size} bytes > producer.message.max.bytes={self._max_bytes})")
-        record = TestRecord(key, value, timestamp, list(headers) if headers else [])
-        self.outputs[topic].append(record)
-        self.pending.append((topic, record))
-        self.produced.add(topic)
-
-    def partition_count(self, topic: str) -> int:
-        return 1
-
-    def flush(self) -> None:
-        """Nothing to wait for."""
 
 
 class TopologyTestDriver:
@@ -104,7 +55,7 @@ class TopologyTestDriver:
         self.wall_clock_ms = int(time.time() * 1000) if initial_wall_clock_time_ms is None \
             else initial_wall_clock_time_ms
         max_bytes = self.config.producer_config().get("message.max.bytes")
-        self._collector = _DriverCollector(int(max_bytes) if max_bytes is not None else None)
+        self._collector = MemoryRecordCollector(int(max_bytes) if max_bytes is not None else None)
         self._errors = configured_handlers(self.config, DeadLetterWriter(
             self.config.application_id, dead_letter_topic(self.config.application_id), self._collector.send))
         self._offsets: dict[str, int] = defaultdict(int)

@@ -6,6 +6,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from streaming.runtime.memory_collector import SentRecord
 from streaming.serdes import Serde
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class TestOutputTopic:
 
     __test__ = False
 
-    def __init__(self, records: deque[TestRecord], topic: str, key_serde: Serde[Any],
+    def __init__(self, records: deque[SentRecord], topic: str, key_serde: Serde[Any],
                  value_serde: Serde[Any]) -> None:
         self._records = records
         self.topic = topic

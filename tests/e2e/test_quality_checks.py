@@ -22,6 +22,7 @@ from assets.archive.schema import arrow_schema
 from assets.archive.writer import publish_day, staging_dir
 from assets.platform_spec import PlatformSpec, load_platform_spec
 from assets.quality import quality_checks, undecodable_checks
+from assets.reprocess import reprocess_asset_key, reprocess_checks
 from assets.resources import PlatformResource
 
 pytestmark = pytest.mark.slow
@@ -36,6 +37,7 @@ def spec_path(tmp_path: Path) -> Path:
     """The repo's platform.yaml with the archive under ``tmp_path``."""
     raw = yaml.safe_load((ROOT / "platform" / "platform.yaml").read_text())
     raw["archive"]["location"] = str(tmp_path / "archive")
+    raw["reprocess"]["location"] = str(tmp_path / "reprocessed")
     path = tmp_path / "platform.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -48,9 +50,10 @@ def _materialize(spec_path: Path, assets: list[Any]) -> dg.ExecuteInProcessResul
 
 
 def _write_day(spec: PlatformSpec, topic: str, day: date, rows: list[dict[str, Any]],
-               undecodable: list[bytes] = ()) -> None:
-    """Rows (value fields, key, extra_fields) as an archive day of ``topic``; partition/offset/time filled in;
-    ``undecodable`` raw values under ``_undecodable/`` as the archive writes them (offsets after the rows')."""
+               undecodable: list[bytes] = (), root: Path | None = None) -> None:
+    """Rows (value fields, key, extra_fields) as an archive day of ``topic`` (under ``root``, default the archive);
+    partition/offset/time filled in; ``undecodable`` raw values under ``_undecodable/`` as the archive writes them
+    (offsets after the rows')."""
     schema = arrow_schema(spec.topics[topic])
     records = []
     for offset, row in enumerate(rows):
@@ -60,7 +63,7 @@ def _write_day(spec: PlatformSpec, topic: str, day: date, rows: list[dict[str, A
         base.update(row)
         records.append(base)
     table = pa.Table.from_pylist(records, schema=schema)
-    root = spec.archive.root()
+    root = root or spec.archive.root()
     staging = staging_dir(root, topic, day)
     staging.mkdir()
     pq.write_table(table, staging / "part-0.parquet")
@@ -269,3 +272,30 @@ def test_absent_sees_a_leaked_field_in_undecodable_records_and_they_are_counted(
     assert [(r["partition"], r["offset"]) for r in _value(counted, "sample undecodable_rows")] == [(0, 4), (1, 4), (0, 5)]
     assert all(evaluations[(topic, "decodable")].passed for topic in _good_archives() if topic != "order-lines")
     assert evaluations[("order-lines", "order_lines_complete")].passed, "rules on values see decoded rows only"
+
+
+def test_the_rules_on_an_apps_outputs_check_its_reprocessed_days(spec_path: Path) -> None:
+    """``reprocessed/orders`` gets the rules on the orders app's outputs (freshness excepted), reading its outputs'
+    days under the reprocess location and a row count's input baseline in the archive."""
+    spec = load_platform_spec(spec_path)
+    good = _good_archives()
+    reprocessed = {topic: rows for topic, rows in good.items() if topic in spec.apps["orders"].outputs}
+    reprocessed["order-lines"] = [*reprocessed["order-lines"], _line(9, "item-003", qty=0)]  # only the batch's
+    partitions = archive_partitions(spec.archive)
+
+    @dg.asset(key=reprocess_asset_key("orders"), partitions_def=partitions)
+    def orders_reprocessed(context: dg.AssetExecutionContext) -> None:
+        for topic, rows in reprocessed.items():
+            _write_day(spec, topic, partition_day(context.partition_key), rows, root=spec.reprocess.root() / "orders")
+
+    result = dg.materialize([_stand_in(spec, "orders", good["orders"]), orders_reprocessed, *reprocess_checks(spec)],
+                            partition_key=DAY.isoformat(), resources={"platform": PlatformResource(path=str(spec_path))},
+                            raise_on_error=False)
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert {e.asset_key for e in result.get_asset_check_evaluations()} == {reprocess_asset_key("orders")}
+    assert set(evaluations) == {rule.name for rule in spec.quality if rule.topic in spec.apps["orders"].outputs}
+    assert {name for name, e in evaluations.items() if not e.passed} == {"order_lines_positive_quantity"}
+    assert _value(evaluations["order_lines_positive_quantity"], "failing range(qty)") == 1
+    coverage = evaluations["order_lines_cover_valid_orders"]
+    assert _value(coverage, "baseline rows") == {"orders": 10, "orders-rejected": 2}  # the reprocessed rejections
+    assert _value(coverage, "observed row_count") == 10

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from assets.archive.assets import archive_assets
-from assets.archive.layout import UNDECODABLE_DIR, day_dir, read_manifest
+from assets.archive.layout import UNDECODABLE_DIR, day_dir, raw_dir, read_manifest
 from assets.archive.materialize import ArchiveError
 from assets.platform_spec import ArchiveSpec, ClusterSpec, PlatformSpec, TopicSpec
 from assets.resources import KafkaResource, PlatformResource, spark_resource
@@ -53,13 +53,15 @@ def _spec(tmp_path: Path, topic: str, max_disorder_minutes: int) -> PlatformSpec
 
 
 def _records() -> list[GeneratedRecord]:
-    """1,200 events from 23:40 to 00:20, 20% of them up to 5 minutes out of order, two undecodable."""
+    """1,200 events from 23:40 to 00:20, 20% of them up to 5 minutes out of order, two undecodable; every fifth
+    has headers."""
     times = disordered_timestamps(1_200, random.Random(7), start_ms=MIDNIGHT_MS - 20 * 60_000, step_ms=2_000,
                                   out_of_order=0.2, max_disorder_ms=5 * 60_000)
     records = [GeneratedRecord(f"user-{i % 13}", {"id": i, "kind": "click", "event.type": f"t{i % 3}",
-                                                "extra": i % 2 == 0}, ts)
+                                                "extra": i % 2 == 0}, ts,
+                               headers=[("trace", f"t-{i}".encode()), ("empty", None)] if i % 5 == 0 else [])
                for i, (ts, _, _) in enumerate(times)]
-    records[100] = GeneratedRecord("user-1", b"{not json", records[100].timestamp)
+    records[100] = GeneratedRecord("user-1", b"{not json", records[100].timestamp, headers=[("trace", b"bad")])
     records[900] = GeneratedRecord("user-2", b'{"id": "nine hundred"}', records[900].timestamp)
     return records
 
@@ -142,6 +144,25 @@ def test_each_day_holds_exactly_its_records(tmp_path: Path, topic: tuple[str, li
     assert _archived(spec, name, DAY_14) == _expected(records, DAY_14)
     assert read_manifest(spec.archive.root(), name, DAY_14)["written_at"] != written_at
     assert sorted(p.name for p in (spec.archive.root() / name).iterdir()) == ["date=2023-11-14", "date=2023-11-15"]
+
+
+def test_a_day_keeps_each_of_its_records_as_kafka_held_it(tmp_path: Path, topic: tuple[str, list[Any]],
+                                                          broker: Any, spark: Any) -> None:
+    """``_raw/``: every record of the day, decodable or not, with its key and value bytes, headers, partition,
+    offset and timestamp (what a replay needs); the decoded Parquet beside it is what it was."""
+    name, records = topic
+    spec = _spec(tmp_path, name, max_disorder_minutes=10)
+    _materialize(spec, broker.bootstrap_servers, DAY_14)
+    table = ds.dataset(raw_dir(spec.archive.root(), name, DAY_14), format="parquet").to_table()
+    raw = sorted((row["partition"], row["offset"], int(row["timestamp"].timestamp() * 1000), row["key"], row["value"],
+                  [(h["key"], h["value"]) for h in row["headers"] or []]) for row in table.to_pylist())
+    start = int(datetime(2023, 11, 14, tzinfo=UTC).timestamp() * 1000)
+    expected = sorted((r.partition, r.offset, r.timestamp, Serdes.String().serialize(r.key), r.value, list(r.headers))
+                      for r in records if start <= r.timestamp < start + 86_400_000)
+    assert raw == expected
+    assert any(headers for *_, headers in raw) and b"{not json" in {value for *_, value, _ in raw}
+    assert read_manifest(spec.archive.root(), name, DAY_14)["raw_records"] == len(expected)
+    assert _archived(spec, name, DAY_14) == _expected(records, DAY_14)  # the decoded records, as before
 
 
 def test_disorder_beyond_the_bound_fails_naming_the_record(tmp_path: Path, topic: tuple[str, list[Any]],

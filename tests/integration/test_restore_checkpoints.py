@@ -25,8 +25,8 @@ from streaming.admin import create_topics
 from streaming.naming import changelog_topic
 from streaming.runtime.changelog_reader import StoreChangelogReader
 from streaming.runtime.kafka_streams import State
+from streaming.runtime.memory_collector import MemoryRecordCollector
 from streaming.runtime.task_manager import TaskManager
-from streaming.testing.driver import _DriverCollector
 from streaming.testing.generators import GeneratedRecord
 from streaming.testing.kafka import produce, read_topic, wait_for
 from tests.integration.workloads import counting
@@ -214,7 +214,7 @@ def test_a_standby_closed_mid_restore_goes_on_from_where_it_stopped(bootstrap: s
     def standbys(restores: RestoreRecorder) -> TaskManager:
         topology = counting.topology(source, sink).bind(unique_name)
         reader = StoreChangelogReader(config.consumer_config(), restores)
-        manager = TaskManager(topology, config, _DriverCollector(), lambda: 0, reader, {source: PARTITIONS})
+        manager = TaskManager(topology, config, MemoryRecordCollector(), lambda: 0, reader, {source: PARTITIONS})
         manager.maintain_standbys()  # no active task on this instance: a standby of each stateful task
         assert sorted(manager.standby) == [f"0_{p}" for p in range(PARTITIONS)]
         return manager
@@ -260,7 +260,7 @@ def test_a_store_that_finished_restoring_keeps_its_offset_while_its_task_waits_f
     config = StreamsConfig({"application.id": unique_name, "bootstrap.servers": bootstrap, "state.dir": str(tmp_path),
                             **SMALL_FETCH_CONFIG})  # both changelogs fetched a little at a time: the short one ends first
     restores = RestoreRecorder()
-    manager = TaskManager(topology, config, _DriverCollector(), lambda: 0,
+    manager = TaskManager(topology, config, MemoryRecordCollector(), lambda: 0,
                           StoreChangelogReader(config.consumer_config(), restores), {source: PARTITIONS})
     assert manager.assign([(source, 0)]) == [(source, 0)]  # restoring: not ready
 

@@ -86,3 +86,19 @@ def test_scalar_formats_decode_like_the_serdes() -> None:
     raw = TopicSpec(partitions=1, key="bytes", value="json")
     [row] = _decode(raw, [(b"\x00\x01", b'{"any": [1]}')])
     assert (row["key"], row["value"]) == (b"\x00\x01", '{"any": [1]}')
+
+
+def test_every_record_keeps_its_bytes_and_headers_decodable_or_not() -> None:
+    """What a replay needs (assets/reprocess): the record as Kafka held it, beside the decoded columns."""
+    records = [(b"u", b'{"order_id": "o-1"}'), (b"u", b"{not json"), (None, None)]
+    headers = [[("trace", b"t-1"), ("empty", None)], None, []]
+    batch = _batch(records)
+    batch = batch.append_column("headers", pa.array(headers, pa.list_(pa.struct([("key", pa.string()),
+                                                                                  ("value", pa.binary())]))))
+    rows = pa.Table.from_batches(list(decode_batches([batch], ORDER_LINES))).to_pylist()
+    assert [(r["_record_key"], r["_record_value"]) for r in rows] == records
+    assert [r["_record_headers"] for r in rows] == [[{"key": "trace", "value": b"t-1"}, {"key": "empty", "value": None}],
+                                                    None, []]
+    assert [r["_error"] is None for r in rows] == [True, False, True]
+    without_headers = _decode(ORDER_LINES, records[:1])  # a read without the headers column: none
+    assert without_headers[0]["_record_headers"] is None and without_headers[0]["_record_key"] == b"u"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from assets.platform_spec import ArchiveSpec, QualityRule, TopicSpec
+from assets.platform_spec import ArchiveSpec, ClusterSpec, PlatformSpec, QualityRule, ReprocessSpec, TopicSpec
 
 
 def test_json_topic_columns_are_key_fields_extra_and_metadata() -> None:
@@ -82,6 +82,17 @@ def test_archive_location_is_local_and_disorder_bounded() -> None:
         ArchiveSpec(start_date="2024-01-01", location="s3a://bucket/archive")
     with pytest.raises(ValidationError, match="less than or equal to 1440"):
         ArchiveSpec(start_date="2024-01-01", max_disorder_minutes=2000)
+
+
+def test_reprocessing_is_local_publishes_nothing_by_default_and_needs_an_archive() -> None:
+    spec = ReprocessSpec()
+    assert (spec.location, spec.chunk, spec.publish, spec.publish_suffix) == (".brook/reprocessed", 1000, False,
+                                                                            ".reprocessed")
+    with pytest.raises(ValidationError, match="reprocess location 's3a://b/r': only a local directory"):
+        ReprocessSpec(location="s3a://b/r")
+    with pytest.raises(ValidationError, match="reprocessing replays the topics' archive: add an archive section"):
+        PlatformSpec(version=1, default_cluster="c", clusters={"c": ClusterSpec(bootstrap_servers="127.0.0.1:9092")},
+                     apps={}, topics={"t": TopicSpec(partitions=1)}, reprocess=ReprocessSpec())
 
 
 def test_a_topic_can_have_its_own_disorder_bound() -> None:

@@ -16,9 +16,9 @@ from confluent_kafka import TopicPartition
 from streaming import Serdes, Stores, StreamsConfig, Topology
 from streaming.processor import Processor, ProcessorContext, Record
 from streaming.runtime.changelog_reader import StoreChangelogReader
+from streaming.runtime.memory_collector import MemoryRecordCollector
 from streaming.runtime.state_directory import StateDirectory
 from streaming.runtime.task_manager import TaskManager
-from streaming.testing.driver import _DriverCollector
 
 TOPIC = "input"
 
@@ -70,12 +70,12 @@ def manager_for(tmp_path: Path, events: list[tuple[str, str]], directory: StateD
     config = StreamsConfig({"application.id": "suspension", "bootstrap.servers": "127.0.0.1:1",
                             "state.dir": str(tmp_path)})
     reader = StoreChangelogReader(config.consumer_config(), None)
-    return TaskManager(topology, config, collector or _DriverCollector(), lambda: 0, reader, directory=directory)
+    return TaskManager(topology, config, collector or MemoryRecordCollector(), lambda: 0, reader, directory=directory)
 
 
 def test_a_revoked_task_is_committed_and_suspended_then_resumed_with_its_store_when_it_comes_back(
         tmp_path: Path, events: list[tuple[str, str]], directory: StateDirectory) -> None:
-    collector = _DriverCollector()
+    collector = MemoryRecordCollector()
     manager = manager_for(tmp_path, events, directory, collector)
     assert manager.assign([(TOPIC, 0), (TOPIC, 1)]) == []
     first, second = manager.tasks["0_0"], manager.tasks["0_1"]
@@ -120,7 +120,7 @@ def test_a_task_coming_back_with_other_partitions_is_rebuilt(
 
 def test_a_refused_commit_on_revocation_closes_the_tasks_dirty(
         tmp_path: Path, events: list[tuple[str, str]], directory: StateDirectory) -> None:
-    collector = _DriverCollector()
+    collector = MemoryRecordCollector()
     collector.producer = RefusingProducer()  # type: ignore[assignment]
     manager = manager_for(tmp_path, events, directory, collector)
     manager.assign([(TOPIC, 0)])
@@ -180,7 +180,7 @@ def test_a_suspended_task_whose_changelog_moved_on_meanwhile_is_not_resumed(
 def test_a_task_that_loses_or_gains_one_of_its_partitions_is_rebuilt_committed(
         tmp_path: Path, events: list[tuple[str, str]], directory: StateDirectory) -> None:
     """Incremental (cooperative) assignments can take one partition of a two-topic task or give it back."""
-    collector = _DriverCollector()
+    collector = MemoryRecordCollector()
     other = "other-input"
     topology = (
         Topology()

@@ -1,0 +1,14 @@
+"""Batch reprocessing on Spark: the ``reprocessed/<app>`` daily assets, their checks, and the job they run.
+
+- :mod:`assets.reprocess.inputs` — a day's input from the archive (the frontier, the checks of the archive);
+- :mod:`assets.reprocess.state` — what one day's run hands the next, on disk;
+- :mod:`assets.reprocess.job` — one day of one app on Spark (:func:`~assets.reprocess.job.reprocess_day`, what the
+  asset runs), and a range of days in order in one Spark session (:func:`~assets.reprocess.job.reprocess_days`, what
+  a command-line backfill calls);
+- :mod:`assets.reprocess.publish` — a reprocessed day's outputs produced to Kafka (``publish: true``);
+- :mod:`assets.reprocess.assets` — the Dagster assets and checks.
+"""
+
+from assets.reprocess.assets import REPROCESS_GROUP, reprocess_asset_key, reprocess_assets, reprocess_checks
+
+__all__ = ["REPROCESS_GROUP", "reprocess_asset_key", "reprocess_assets", "reprocess_checks"]

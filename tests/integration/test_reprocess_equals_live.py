@@ -1,0 +1,281 @@
+"""Batch equals streaming: the live workers on the embedded broker, the real archive of their input, the
+``reprocessed/<app>`` asset over three days on Spark, and each output compared record for record.
+
+For each app: generated input over three days (and the first hours of a fourth, which the third day's run reads up
+to its frontier) is fed to ``brook worker run`` processes; their output topics are read back; the input topics are
+archived day by day through the ``archive/<topic>`` assets; the three days are reprocessed in order through the
+``reprocessed/<app>`` asset; and per output topic and key, the records the three runs wrote, in order (day by day,
+each day by partition offset), must be the first records the live workers wrote for that key — same key and value
+bytes, same timestamp, same order — with only records of the fourth day's input after them.
+
+How the live input is fed (README, "Reprocessing": what batch can and cannot equal): in event-time order, a batch of
+at most 10 minutes of event time at a time, the workers never more than two batches behind (``produce_paced``), so
+they read their partitions at a pace the orders pipeline's 30-minute grace absorbs; between busy hours the feed
+waits until every stage has committed everything (a gap of hours in event time would otherwise let one partition's
+task jump hours ahead while another's lines are still on their way). What a live run does not determine either is
+compared without order: records of one key with the same timestamp (two lines of one late order reach the late
+topic from two tasks), one word's records in the word count's repartition topic (sent by several line tasks within
+one tick), and records with a null key (rejected orders without a user: a random partition live, partition 0 in
+batch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+from datetime import UTC, date, datetime, timedelta
+from itertools import groupby, pairwise
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow.dataset as ds
+import pytest
+import yaml
+
+import apps.wordcount as wordcount_app
+from apps.orders import pipeline as orders_app
+from assets.archive.assets import archive_assets
+from assets.archive.keys import archive_asset_key
+from assets.archive.layout import RAW_DIR, day_dir
+from assets.platform_spec import ArchiveSpec, PlatformSpec, ReprocessSpec, load_platform_spec
+from assets.reprocess import reprocess_asset_key, reprocess_assets
+from assets.resources import KafkaResource, PlatformResource, spark_resource
+from streaming.admin import create_topics
+from streaming.broker import EmbeddedBroker
+from streaming.serdes import Serdes
+from streaming.testing import GeneratedRecord, generators
+from streaming.testing.kafka import group_lag, produce, produce_paced, read_topic, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS = 4
+DAYS = [date(2023, 11, 14), date(2023, 11, 15), date(2023, 11, 16)]
+TAIL_DAY = date(2023, 11, 17)
+HOUR, MINUTE = 3_600_000, 60_000
+String, Json, Bytes = Serdes.String(), Serdes.Json(), Serdes.Bytes()
+
+
+def at(day: date, hours: float) -> int:
+    return int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000 + hours * HOUR)
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[str]:
+    """A broker of the test's own: the apps' topic names are fixed, and other tests use them too."""
+    with EmbeddedBroker(workdir=tmp_path / "broker") as broker:
+        yield broker.bootstrap_servers
+
+
+def start_worker(bootstrap: str, target: str, config: str, tmp_path: Path, index: int) -> subprocess.Popen[bytes]:
+    log = (tmp_path / f"worker-{index}.log").open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "streaming.cli.main", "worker", "run", target, "--config", str(ROOT / config),
+         "--set", f"bootstrap.servers={bootstrap}", "--set", f"state.dir={tmp_path / f'state-{index}'}",
+         "--set", "commit.interval.ms=200"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def drained(bootstrap: str, group: str, topics: list[str], workers: list[subprocess.Popen[bytes]],
+            tmp_path: Path) -> None:
+    """Wait until ``group`` has committed every record of ``topics`` (its input and what it repartitions)."""
+    for index, worker in enumerate(workers):
+        assert worker.poll() is None, (tmp_path / f"worker-{index}.log").read_text()[-3000:]
+    wait_for(lambda: all(group_lag(bootstrap, group, topic, PARTITIONS) == 0 for topic in topics), 120,
+             f"{group} to commit {topics}")
+
+
+def stop(workers: list[subprocess.Popen[bytes]]) -> None:
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        try:
+            worker.wait(60)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+
+
+def platform(tmp_path: Path, bootstrap: str) -> tuple[PlatformSpec, dict[str, Any]]:
+    """The repo's platform spec with the archive and reprocessing under ``tmp_path``; the Dagster resources."""
+    spec = load_platform_spec(ROOT / "platform" / "platform.yaml").model_copy(update={
+        "archive": ArchiveSpec(location=str(tmp_path / "archive"), start_date=DAYS[0], max_disorder_minutes=15),
+        "reprocess": ReprocessSpec(location=str(tmp_path / "reprocessed")), "quality": []})
+    path = tmp_path / "platform.yaml"
+    path.write_text(yaml.safe_dump(spec.model_dump(mode="json")))
+    return spec, {"kafka": KafkaResource(bootstrap_servers=bootstrap), "platform": PlatformResource(path=str(path)),
+                  "pyspark": spark_resource()}
+
+
+def archive_and_reprocess(spec: PlatformSpec, resources: dict[str, Any], app: str, topics: list[str]) -> str:
+    """Archive ``topics`` for the three days and the fourth, then reprocess the three days in order; returns the
+    batch runs' figures (records in, seconds, from their metadata)."""
+    records_in, seconds = 0, 0.0
+    for day in [*DAYS, TAIL_DAY]:
+        result = dg.materialize(archive_assets(spec), selection=[archive_asset_key(t) for t in topics],
+                                partition_key=day.isoformat(), resources=resources)
+        assert result.success
+    for day in DAYS:
+        result = dg.materialize(reprocess_assets(spec), selection=[reprocess_asset_key(app)],
+                                partition_key=day.isoformat(), resources=resources)
+        assert result.success
+        [event] = result.get_asset_materialization_events()
+        metadata = event.materialization.metadata
+        assert metadata["records_in"].value > 0
+        expected_start = "empty state (first day)" if day == DAYS[0] else f"the state of {day - timedelta(days=1)}"
+        assert metadata["started_from"].value == expected_start
+        records_in, seconds = records_in + metadata["records_in"].value, seconds + metadata["duration_s"].value
+    return f"batch: {records_in} records in 3 daily runs in {seconds:.1f} s"
+
+
+def batch_outputs(spec: PlatformSpec, app: str, topic: str) -> list[tuple[bytes | None, bytes | None, int]]:
+    """What the three days' runs wrote to ``topic``: day by day, each by partition and offset."""
+    assert spec.reprocess is not None
+    rows: list[tuple[bytes | None, bytes | None, int]] = []
+    for day in DAYS:
+        path = day_dir(spec.reprocess.root() / app, topic, day) / RAW_DIR
+        table = ds.dataset(path, format="parquet").to_table().sort_by([("partition", "ascending"),
+                                                                         ("offset", "ascending")])
+        rows.extend((row["key"], row["value"], int(row["timestamp"].timestamp() * 1000)) for row in table.to_pylist())
+    return rows
+
+
+def by_key(records: Iterable[tuple[bytes | None, bytes | None, int]]) -> dict[bytes | None, list[tuple[Any, int]]]:
+    """Each key's ``(value, timestamp)`` in order; records of one key with the same timestamp in value order (live,
+    their order is not determined when different tasks sent them: the lines of one order, say)."""
+    keyed: dict[bytes | None, list[tuple[Any, int]]] = defaultdict(list)
+    for key, value, timestamp in records:
+        keyed[key].append((value, timestamp))
+    for key, sequence in keyed.items():
+        runs = [sorted(run) for _, run in groupby(sequence, key=lambda record: record[1])]
+        keyed[key] = [record for run in runs for record in run]
+    return keyed
+
+
+def assert_batch_equals_live(batch: list[tuple[bytes | None, bytes | None, int]], live: list[Any], topic: str,
+                             ordered: bool = True) -> None:
+    """Per key, the batch's records are the live ones, in order, up to where the fourth day's input starts
+    (``ordered=False``: as many of each, in any order)."""
+    batch_keyed = by_key(batch)
+    live_keyed = by_key((r.key, r.value, r.timestamp) for r in live)
+    assert batch_keyed, f"{topic}: the batch runs wrote nothing"
+    for key, records in batch_keyed.items():
+        if key is None:  # a random partition live: compared as a set
+            assert set(records) <= set(live_keyed[None]), f"{topic}: null-key records"
+        elif ordered:
+            assert live_keyed[key][:len(records)] == records, f"{topic} key {key!r}"
+        else:
+            assert Counter(records) <= Counter(live_keyed[key]), f"{topic} key {key!r}"
+    leftover = sum(len(records) - len(batch_keyed.get(key, ())) for key, records in live_keyed.items())
+    assert leftover < len(batch) // 5, f"{topic}: {leftover} live records after the batch's"
+
+
+# -- the orders pipeline --------------------------------------------------------------------------------------------
+
+#: Busy hours of orders (start, end): the rest of each day is quiet. Two cross midnight, the last runs past the third
+#: day's frontier (midnight plus the orders' 180-minute disorder bound). No order falls before the first day, whose
+#: day before cannot be archived (it is before the archive's start_date).
+SEGMENTS = [(at(DAYS[0], 2.2), at(DAYS[0], 5)), (at(DAYS[0], 11), at(DAYS[0], 14)), (at(DAYS[0], 22.5), at(DAYS[1], 2.5)),
+            (at(DAYS[1], 12), at(DAYS[1], 15)), (at(DAYS[1], 22.5), at(DAYS[2], 2.5)), (at(DAYS[2], 12), at(DAYS[2], 15)),
+            (at(DAYS[2], 22.5), at(TAIL_DAY, 3.5))]
+ORDERS_STEP_MS = 2 * MINUTE
+ORDERS_PER_BATCH = 5  # 10 minutes of event time
+
+
+def orders_of(segment: int, start: int, end: int) -> list[GeneratedRecord]:
+    """The segment's orders (order ids prefixed with the segment): 10% up to 5 min out of order, some 2.5 hours late,
+    duplicates and invalid orders.
+
+    A late order is kept only if its own time is in the segment: then the hourly task has seen the segment's lines
+    up to its window's close (at most 1.5 h after it) well before the order arrives (2.5 h after it), so it is late
+    live whatever the timing. One whose time falls in the quiet hours before the segment meets a stream time set by
+    the first lines of the segment, which live depends on which task sends first."""
+    orders = generators.orders((end - start) // ORDERS_STEP_MS, seed=segment, users=60, items=40, catalog_seed=5,
+                               start_ms=start, step_ms=ORDERS_STEP_MS, out_of_order=0.1, max_disorder_ms=5 * MINUTE,
+                               late=0.1, lateness_ms=150 * MINUTE, duplicates=0.05, invalid=0.05)
+    return [dataclasses.replace(o, value={**o.value, "order_id": f"s{segment}-{o.value['order_id']}"}) for o in orders
+            if not o.late or o.timestamp >= start]
+
+
+def test_the_orders_pipeline_reprocessed_over_three_days_equals_the_live_workers(own_broker: str, tmp_path: Path,
+                                                                                 spark: Any) -> None:
+    bootstrap = own_broker
+    outputs = [orders_app.LINES_TOPIC, orders_app.REJECTED_TOPIC, orders_app.LATE_LINES_TOPIC, orders_app.HOURLY_TOPIC]
+    inputs = [orders_app.ORDERS_TOPIC, orders_app.USERS_TOPIC, orders_app.ITEMS_TOPIC]
+    create_topics(bootstrap, dict.fromkeys([*inputs, *outputs], PARTITIONS))
+    produce(bootstrap, orders_app.USERS_TOPIC, generators.users(60, seed=5, start_ms=at(DAYS[0], 0)), String, Json)
+    produce(bootstrap, orders_app.ITEMS_TOPIC, generators.items(40, seed=5, start_ms=at(DAYS[0], 0)), String, Json)
+    segments = [orders_of(n, start, end) for n, (start, end) in enumerate(SEGMENTS)]
+    assert sum(o.late for s in segments for o in s) > 10 and any(o.late for o in segments[2] if o.timestamp <
+                                                               at(DAYS[1], 0) < max(p.timestamp for p in segments[2]))
+    stages = [orders_app.ORDERS_TOPIC] + [f"{orders_app.APPLICATION_ID}-{name}-repartition"
+                                          for name in ("lines-by-item-left", "lines-by-region")]
+    workers = [start_worker(bootstrap, "apps.orders:topology", "apps/orders/config.yaml", tmp_path, i) for i in range(2)]
+    started = time.monotonic()
+    try:
+        for orders in segments:
+            produce_paced(bootstrap, orders_app.ORDERS_TOPIC, orders, String, Json, orders_app.APPLICATION_ID,
+                          PARTITIONS, ORDERS_PER_BATCH, timeout=120)
+            drained(bootstrap, orders_app.APPLICATION_ID, stages, workers, tmp_path)
+        live_seconds = time.monotonic() - started
+        live = {topic: read_topic(bootstrap, topic, Bytes, Bytes, PARTITIONS) for topic in outputs}
+    finally:
+        stop(workers)
+
+    spec, resources = platform(tmp_path, bootstrap)
+    batch = archive_and_reprocess(spec, resources, "orders", inputs)
+    print(f"orders: live: {sum(map(len, segments))} orders fed (paced) in {live_seconds:.1f} s; {batch}")
+    for topic in outputs:
+        assert_batch_equals_live(batch_outputs(spec, "orders", topic), live[topic], topic)
+    late = batch_outputs(spec, "orders", orders_app.LATE_LINES_TOPIC)
+    finals = batch_outputs(spec, "orders", orders_app.HOURLY_TOPIC)
+    assert len(late) > 5 and len(finals) > 40, (len(late), len(finals))
+
+
+# -- the word count -------------------------------------------------------------------------------------------------
+
+#: Event times of the word count's ticks: each tick's lines fall in one emit interval (1 s), and every stage has
+#: committed a tick before the next is fed. Some ticks come right after midnight, within the lines' 15-minute bound.
+TICKS = [at(day, hours) for day in DAYS for hours in (0.1, 3, 8.5, 12, 17, 23.9, 24.05, 24.2)] + \
+        [at(TAIL_DAY, 0.3), at(TAIL_DAY, 1)]
+
+
+def lines_of(tick: int, index: int) -> list[GeneratedRecord]:
+    """12 lines within the tick's emit interval (from 50 to 800 ms into it), some out of order within it."""
+    lines = generators.words(12, seed=index, step_ms=50, start_ms=tick + 250, out_of_order=0.2, max_disorder_ms=200,
+                             vocabulary=["to", "be", "or", "not", "river", "stone", "water"])
+    return [dataclasses.replace(line, key=f"t{index}-{line.key}") for line in lines]
+
+
+def test_the_word_count_reprocessed_over_three_days_equals_the_live_worker(own_broker: str, tmp_path: Path,
+                                                                          spark: Any) -> None:
+    bootstrap = own_broker
+    topics = [wordcount_app.INPUT_TOPIC, wordcount_app.WORDS_TOPIC, wordcount_app.OUTPUT_TOPIC]
+    create_topics(bootstrap, dict.fromkeys(topics, PARTITIONS))
+    ticks = sorted(set(TICKS))
+    assert all(later - earlier >= 1000 for earlier, later in pairwise(ticks))
+    # One worker: a task moving between workers emits its pending counts early (a clean close does).
+    workers = [start_worker(bootstrap, "apps.wordcount:topology", "apps/wordcount/config.yaml", tmp_path, 0)]
+    started = time.monotonic()
+    try:
+        for index, tick in enumerate(ticks):
+            produce(bootstrap, wordcount_app.INPUT_TOPIC, lines_of(tick, index), String, String)
+            drained(bootstrap, "wordcount", [wordcount_app.INPUT_TOPIC, wordcount_app.WORDS_TOPIC], workers, tmp_path)
+        live_seconds = time.monotonic() - started
+        live = {topic: read_topic(bootstrap, topic, Bytes, Bytes, PARTITIONS) for topic in topics[1:]}
+    finally:
+        stop(workers)
+
+    spec, resources = platform(tmp_path, bootstrap)
+    batch = archive_and_reprocess(spec, resources, "wordcount", [wordcount_app.INPUT_TOPIC])
+    print(f"wordcount: live: {12 * len(ticks)} lines fed tick by tick in {live_seconds:.1f} s; {batch}")
+    counts, words = wordcount_app.OUTPUT_TOPIC, wordcount_app.WORDS_TOPIC
+    assert_batch_equals_live(batch_outputs(spec, "wordcount", counts), live[counts], counts)
+    # One word's records from different line tasks at the same stream time: no determined order live.
+    assert_batch_equals_live(batch_outputs(spec, "wordcount", words), live[words], words, ordered=False)
