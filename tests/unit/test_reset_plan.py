@@ -78,7 +78,8 @@ def test_the_word_count_moves_its_words_topic_to_the_end_and_deletes_its_changel
         ("wordcount-lines",), (), ("wordcount-words",), ("wordcount-counts",))
     assert [(t.name, t.kind, t.partitions, t.configs) for t in roles.internal] == [
         ("wc-1-stream-time", "stream-time", 4, {"cleanup.policy": "compact"}),
-        ("wc-word-counts-changelog", "changelog", 4, {"cleanup.policy": "compact"})]
+        ("wc-word-counts-changelog", "changelog", 4, {"cleanup.policy": "compact"}),
+        ("wc-word-counts-pending-changelog", "changelog", 4, {"cleanup.policy": "compact"})]
     assert roles.internal_sources == ()
 
 
@@ -123,7 +124,7 @@ def test_internal_topics_listed_by_the_user_must_be_internal() -> None:
         classify_topics(topology, "wc", counts, only_internal=["wc-word-counts-changelog", "wordcount-lines"])
     assert str(refused.value) == ("topic 'wordcount-lines' cannot be listed as internal: it is an input of application "
                                   "'wc', and a reset deletes only its internal topics (wc-1-stream-time, "
-                                  "wc-word-counts-changelog)")
+                                  "wc-word-counts-changelog, wc-word-counts-pending-changelog)")
     with pytest.raises(ResetError, match="input topics \\['wordcount-lines'\\] of application 'wc' do not exist"):
         classify_topics(topology, "wc", {"wordcount-words": 4})
 
