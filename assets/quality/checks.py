@@ -29,7 +29,7 @@ from assets.quality.expectations import expectations_for, row_count_bounds
 from assets.quality.validation import RuleOutcome, columns_to_read, prepare_frame, run_expectations
 from assets.resources import PlatformResource
 
-__all__ = ["TopicDays", "checked_day", "quality_checks", "rule_check"]
+__all__ = ["TopicDays", "checked_days", "quality_checks", "rule_check"]
 
 
 def _describe(rule: QualityRule) -> str:
@@ -67,18 +67,19 @@ def _archive_root(spec: PlatformSpec, topic: str) -> Path:
 ARCHIVE_DAYS = TopicDays(archive_asset_key, _archive_root)
 
 
-def checked_day(context: dg.AssetCheckExecutionContext, topic: str,
-                asset_key: dg.AssetKey | None = None) -> date:
-    """The run's partition, else the latest materialized partition of ``asset_key`` (default: the topic's archive)."""
-    if context.has_partition_key:
-        return partition_day(context.partition_key)
+def checked_days(context: dg.AssetCheckExecutionContext, topic: str,
+                 asset_key: dg.AssetKey | None = None) -> list[date]:
+    """The run's partitions (one day, or a backfill's range), else the latest materialized partition of
+    ``asset_key`` (default: the topic's archive)."""
+    if context.has_partition_key or context.has_partition_key_range:
+        return sorted(partition_day(key) for key in context.partition_keys)
     key = asset_key or archive_asset_key(topic)
     event = context.instance.get_latest_materialization_event(key)
     partition = event.asset_materialization.partition if event and event.asset_materialization else None
     if partition is None:
         raise dg.Failure(f"{key.to_user_string()} has no materialized partition to check: materialize a day first, "
                          "or run the check with its partition")
-    return partition_day(partition)
+    return [partition_day(partition)]
 
 
 def _baseline_rows(spec: PlatformSpec, rule: QualityRule, day: date, days: TopicDays) -> tuple[int, dict[str, int]]:
@@ -153,30 +154,45 @@ def rule_check(spec: PlatformSpec, rule: QualityRule, days: TopicDays = ARCHIVE_
             raise dg.Failure(f"quality rule {rule.name!r} is no longer in the platform spec {platform.path}: "
                              "reload the code location")
         topic = current.topics[checked.topic]
-        day = checked_day(context, checked.topic, asset_key)
         root = days.root(current, checked.topic)
-        extra: dict[str, Any] = {}
-        baseline_rows = None
-        undecodable = None
-        try:
-            frame = read_day(root, checked.topic, day, columns_to_read(checked, topic))
-            if checked.check == "absent":  # a leaked field must be seen in undecodable records too
-                undecodable = read_undecodable(root, checked.topic, day, ["partition", "offset", "value"])
-                extra = {"undecodable rows checked": len(undecodable)}
-            if checked.check == "row_count":
-                baseline_rows, counts = _baseline_rows(current, checked, day, days)
-                low, high = row_count_bounds(checked, baseline_rows)
-                extra = {"baseline rows": dg.MetadataValue.json(counts), "expected rows": f"[{low}, {high}]"}
-        except ArchiveMissingError as exc:
-            raise dg.Failure(f"quality rule {checked.name!r}: {exc}") from exc
-        expectations = expectations_for(checked, topic, day=day, now=datetime.now(UTC), baseline_rows=baseline_rows)
-        outcome = run_expectations(checked.name, expectations, prepare_frame(checked, frame, undecodable))
-        context.log.info(f"{checked.name} on {checked.topic} {day}: {_summary(outcome)}")
+
+        def evaluate(day: date) -> tuple[RuleOutcome, dict[str, Any]]:
+            extra: dict[str, Any] = {}
+            baseline_rows = None
+            undecodable = None
+            try:
+                frame = read_day(root, checked.topic, day, columns_to_read(checked, topic))
+                if checked.check == "absent":  # a leaked field must be seen in undecodable records too
+                    undecodable = read_undecodable(root, checked.topic, day, ["partition", "offset", "value"])
+                    extra = {"undecodable rows checked": len(undecodable)}
+                if checked.check == "row_count":
+                    baseline_rows, counts = _baseline_rows(current, checked, day, days)
+                    low, high = row_count_bounds(checked, baseline_rows)
+                    extra = {"baseline rows": dg.MetadataValue.json(counts), "expected rows": f"[{low}, {high}]"}
+            except ArchiveMissingError as exc:
+                raise dg.Failure(f"quality rule {checked.name!r}: {exc}") from exc
+            expectations = expectations_for(checked, topic, day=day, now=datetime.now(UTC),
+                                            baseline_rows=baseline_rows)
+            outcome = run_expectations(checked.name, expectations, prepare_frame(checked, frame, undecodable))
+            context.log.info(f"{checked.name} on {checked.topic} {day}: {_summary(outcome)}")
+            return outcome, {**_metadata(outcome, day, str(day_dir(root, checked.topic, day))), **extra}
+
+        evaluated = {day: evaluate(day) for day in checked_days(context, checked.topic, asset_key)}
+        failed = [day for day, (outcome, _) in evaluated.items() if not outcome.success]
+        shown = failed[0] if failed else max(evaluated)  # the first failing day's details, else the last day's
+        outcome, metadata = evaluated[shown]
+        if len(evaluated) > 1:  # a backfill's range: one result for all its days, each day's summary beside
+            metadata = {**metadata, "days": dg.MetadataValue.json(
+                {day.isoformat(): _summary(o) for day, (o, _) in evaluated.items()}),
+                        "failing_days": [day.isoformat() for day in failed]}
+        description = _summary(outcome) if len(evaluated) == 1 else (
+            f"{len(evaluated) - len(failed)} of {len(evaluated)} days pass"
+            + (f"; {shown}: {_summary(outcome)}" if failed else ""))
         return dg.AssetCheckResult(
-            passed=outcome.success,
+            passed=not failed,
             severity=dg.AssetCheckSeverity[checked.severity],
-            description=_summary(outcome),
-            metadata={**_metadata(outcome, day, str(day_dir(root, checked.topic, day))), **extra},
+            description=description,
+            metadata=metadata,
         )
 
     return check

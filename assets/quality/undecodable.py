@@ -14,7 +14,7 @@ import dagster as dg
 from assets.archive.keys import archive_asset_key
 from assets.archive.layout import UNDECODABLE_DIR, ArchiveMissingError, day_dir, read_undecodable
 from assets.platform_spec import PlatformSpec
-from assets.quality.checks import checked_day
+from assets.quality.checks import checked_days
 from assets.quality.expectations import LabelledExpectation
 from assets.quality.gx import great_expectations
 from assets.quality.validation import SAMPLE_ROWS, run_expectations
@@ -37,7 +37,7 @@ def _decodable_check(topic: str) -> dg.AssetChecksDefinition:
         spec = platform.spec()
         if spec.archive is None:
             raise dg.Failure("the platform spec has no archive section any more: reload the code location")
-        day = checked_day(context, topic)
+        (day,) = checked_days(context, topic)  # an archive run is one day (its assets backfill a run per day)
         root = spec.archive.root()
         try:
             records = read_undecodable(root, topic, day, ["partition", "offset", "error"])

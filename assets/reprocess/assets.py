@@ -1,9 +1,16 @@
 """The ``reprocessed/<app>`` assets: each app's own topology over its archived input, one partition per day.
 
-A partition runs :func:`assets.reprocess.job.reprocess_day` for its day on the code location's Spark session. Day
-``D`` depends on the archive of the app's inputs for ``D`` and ``D + 1`` (a day's run replays records up to the
+A run reprocesses its day on the code location's Spark session; a backfill of a range of days is one run
+(``BackfillPolicy.single_run``) that reprocesses them in order in that one session, after refusing what it can for
+the whole range (:func:`assets.reprocess.job.check_days`). From the command line, with the pinned Dagster::
+
+    dagster asset materialize -m assets.definitions --select reprocessed/orders \
+        --partition-range 2026-11-01...2026-11-03
+
+Day ``D`` depends on the archive of the app's inputs for ``D`` and ``D + 1`` (a day's run replays records up to the
 day's end plus the inputs' disorder bound) and on day ``D - 1`` of itself (its run goes on from the state the day
-before left), so a backfill of a range of days runs them in order. The spec's quality rules on the app's output
+before left). A backfill run's metadata gives each day's figures under ``per_day``; its checks check every day of
+the range. The spec's quality rules on the app's output
 topics run on each day's outputs as checks of the asset (freshness rules excepted: a recomputed past day is not
 expected to be fresh), with the same Great Expectations suites as on the archive.
 
@@ -15,6 +22,7 @@ topology with a wall-clock punctuator, naming the processor, ...), before anythi
 No ``from __future__ import annotations`` here: Dagster reads the asset function's annotations as classes.
 """
 
+import warnings
 from typing import Any
 
 import dagster as dg
@@ -63,10 +71,29 @@ def _metadata(done: Any) -> dict[str, Any]:
     }
 
 
+def _range_metadata(done: list[Any]) -> dict[str, Any]:
+    """A backfill run's metadata (the same on each of its days): totals, and each day's figures."""
+    seconds = sum(d.seconds for d in done)
+    records_in = sum(d.records_in for d in done)
+    return {
+        "days": len(done),
+        "records_in": records_in,
+        "dagster/row_count": sum(sum(d.records_out.values()) for d in done),
+        "duration_s": dg.MetadataValue.float(round(seconds, 2)),
+        "records_per_s": dg.MetadataValue.float(round(records_in / max(seconds, 1e-9), 1)),
+        "per_day": dg.MetadataValue.json({d.day.isoformat(): {
+            "started_from": d.started_from, "records_in": d.records_in, "records_out": d.records_out, "late_records": d.late_records,
+            "dropped_records": d.dropped_records, "duration_s": round(d.seconds, 2), "published": d.published,
+            "paths": {topic: str(path) for topic, path in sorted(d.paths.items())}} for d in done}),
+    }
+
+
 def _asset(spec: PlatformSpec, app_name: str, app: AppSpec) -> dg.AssetsDefinition:
     assert spec.archive is not None and spec.reprocess is not None
     key = reprocess_asset_key(app_name)
     replayed = replayed_topics(app)
+
+    warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)  # beta in 1.13
 
     @dg.asset(
         key=key,
@@ -77,6 +104,7 @@ def _asset(spec: PlatformSpec, app_name: str, app: AppSpec) -> dg.AssetsDefiniti
                             partition_mapping=dg.TimeWindowPartitionMapping(start_offset=0, end_offset=1))
                 for topic in replayed)],
         pool=SPARK_POOL,
+        backfill_policy=dg.BackfillPolicy.single_run(),  # a backfill's days run in order in one run, one Spark session
         kinds={"spark", "parquet"},
         description=(f"App {app_name!r} ({app.topology}) reprocessed in batch over the archive of "
                      f"{', '.join(replayed)}: each day's outputs ({', '.join(app.outputs)}) under "
@@ -86,28 +114,38 @@ def _asset(spec: PlatformSpec, app_name: str, app: AppSpec) -> dg.AssetsDefiniti
     def reprocessed(context: dg.AssetExecutionContext, kafka: KafkaResource, platform: PlatformResource,
                     pyspark: SparkResource) -> dg.MaterializeResult:
         from assets.reprocess.inputs import ReprocessInputError
-        from assets.reprocess.job import prepare_day, run_day_on_spark
+        from assets.reprocess.job import check_days, prepare_day, run_day_on_spark
         from assets.reprocess.publish import PublishError
         from assets.reprocess.state import ReprocessStateError
         from streaming.errors import TopologyError
 
+        refusals = (TopologyError, ReprocessStateError, ReprocessInputError, PublishError)
         current = platform.spec()
         if app_name not in current.apps or current.reprocess is None or current.archive is None:
             raise dg.Failure(f"app {app_name!r} or the archive or reprocess section is no longer in the platform "
                              f"spec {platform.path}: reload the code location")
-        day = partition_day(context.partition_key)
+        days = sorted(partition_day(k) for k in context.partition_keys)  # one day, or a backfill's range
+        span = str(days[0]) if len(days) == 1 else f"{days[0]}...{days[-1]}"
         try:
             client_config = kafka.client_config() if current.reprocess.publish else None
-            prepared = prepare_day(current, app_name, day, client_config)  # refusals first, before Spark starts
-        except (TopologyError, ReprocessStateError, ReprocessInputError, PublishError) as exc:
-            raise dg.Failure(f"reprocessed/{app_name} {day}: {exc}") from None
-        done = run_day_on_spark(pyspark.spark_session, prepared)
-        context.log.info(f"reprocessed {app_name} {day} from {done.started_from}: {done.records_in} records in, "
-                         f"{sum(done.records_out.values())} out, in {done.seconds:.1f} s")
-        if done.stale_days:
-            context.log.warning(f"days after {day} were reprocessed from its previous state and are stale now: "
-                                f"{', '.join(d.isoformat() for d in done.stale_days)} (reprocess them again)")
-        return dg.MaterializeResult(metadata=_metadata(done))
+            checked = check_days(current, app_name, days[0], days[-1], client_config)  # before Spark starts
+        except refusals as exc:
+            raise dg.Failure(f"reprocessed/{app_name} {span}: {exc}") from None
+        done = []
+        for day in days:
+            try:
+                prepared = prepare_day(current, app_name, day, client_config, checked)
+            except refusals as exc:
+                kept = f" ({len(done)} day(s) before it are reprocessed: go on from {day})" if done else ""
+                raise dg.Failure(f"reprocessed/{app_name} {day}: {exc}{kept}") from None
+            done.append(run_day_on_spark(pyspark.spark_session, prepared))
+            context.log.info(f"reprocessed {app_name} {day} from {done[-1].started_from}: {done[-1].records_in} "
+                             f"records in, {sum(done[-1].records_out.values())} out, in {done[-1].seconds:.1f} s")
+        stale = sorted({d for run in done for d in run.stale_days} - set(days))
+        if stale:
+            context.log.warning(f"days after {days[-1]} were reprocessed from an earlier state and are stale now: "
+                                f"{', '.join(d.isoformat() for d in stale)} (reprocess them again)")
+        return dg.MaterializeResult(metadata=_metadata(done[0]) if len(done) == 1 else _range_metadata(done))
 
     return reprocessed
 

@@ -1,9 +1,9 @@
 """One day of an app reprocessed on Spark: its topology over the archived input, one Spark partition per task.
 
 :func:`reprocess_day` is the whole job, for one app and one day: :func:`prepare_day` (steps 1 and 2, no Spark: a day
-refused never starts a SparkSession) then :func:`run_day_on_spark`; the ``reprocessed/<app>`` asset calls them.
-:func:`reprocess_days` runs a range of days in order in one Spark session (what a command-line backfill calls),
-checking the whole range first. In order:
+refused never starts a SparkSession) then :func:`run_day_on_spark`. :func:`reprocess_days` runs a range of days in
+order in one Spark session, checking the whole range first (:func:`check_days`); the ``reprocessed/<app>`` asset
+does the same for the days of its run (one, or a backfill's range). In order:
 
 1. **Refusals first**, before anything is read or written, each one line: a topology batch cannot run
    (:class:`streaming.batch.BatchPlanError`, a wall-clock punctuator naming its processor), a day before this one
@@ -70,8 +70,8 @@ if TYPE_CHECKING:
     from pyspark import RDD
     from pyspark.sql import SparkSession
 
-__all__ = ["CheckedApp", "PreparedDay", "ReprocessedDay", "StageContext", "check_app", "prepare_day", "reprocess_day",
-           "reprocess_days", "run_day_on_spark", "run_stage_partition"]
+__all__ = ["CheckedApp", "PreparedDay", "ReprocessedDay", "StageContext", "check_app", "check_days", "day_range",
+           "prepare_day", "reprocess_day", "reprocess_days", "run_day_on_spark", "run_stage_partition"]
 
 log = logging.getLogger(__name__)
 
@@ -227,16 +227,13 @@ def reprocess_day(spark: SparkSession, spec: PlatformSpec, app_name: str, day: d
     return run_day_on_spark(spark, prepare_day(spec, app_name, day, client_config))
 
 
-def reprocess_days(spec: PlatformSpec, app_name: str, first_day: date, last_day: date, spark: SparkSession,
-                   client_config: dict[str, Any] | None = None) -> list[ReprocessedDay]:
-    """Reprocess the days ``first_day`` to ``last_day`` (both included) of app ``app_name`` in order, in one Spark
-    session (a backfill): day D runs after D - 1 and goes on from its state.
-
-    What can be refused for the whole range is refused before the first day runs, with the same one-line errors
-    as a single day: the app (:func:`check_app`), a gap (a day before ``first_day`` was reprocessed but not the day
-    just before it), and every day's archives (:func:`assets.reprocess.inputs.check_archived`, for the day and the
-    next). A day failing later (records missing from an archive, a failed record) stops the range there: the days
-    before it stay reprocessed, and the backfill can go on from the failed day.
+def check_days(spec: PlatformSpec, app_name: str, first_day: date, last_day: date,
+               client_config: dict[str, Any] | None = None) -> CheckedApp:
+    """Refuse, before any day of the range ``first_day`` to ``last_day`` (both included) runs and before Spark
+    starts, what can be refused for the whole range, with the same one-line errors as a single day: the app
+    (:func:`check_app`), a gap (a day before ``first_day`` was reprocessed but not the day just before it, or none
+    was and ``first_day`` is not the archive's first), and every day's archives
+    (:func:`assets.reprocess.inputs.check_archived`, for the day and the next).
 
     Raises:
         ValueError: ``last_day`` is before ``first_day``.
@@ -246,14 +243,34 @@ def reprocess_days(spec: PlatformSpec, app_name: str, first_day: date, last_day:
         raise ValueError(f"the last day {last_day} is before the first day {first_day}")
     checked = check_app(spec, app_name, client_config)
     assert spec.archive is not None and spec.reprocess is not None
-    starts_from = previous_state(spec.reprocess.root(), app_name, first_day)
-    days = [first_day + timedelta(days=n) for n in range((last_day - first_day).days + 1)]
-    for day in days:
+    for day in day_range(first_day, last_day):
         check_archived(spec.archive.root(), checked.plan.input_topics, day, checked.bound_minutes)
-    if starts_from is None:
+    if previous_state(spec.reprocess.root(), app_name, first_day) is None:
         _check_first_day(spec, app_name, first_day)
+    return checked
+
+
+def day_range(first_day: date, last_day: date) -> list[date]:
+    """The days from ``first_day`` to ``last_day``, both included, in order."""
+    return [first_day + timedelta(days=n) for n in range((last_day - first_day).days + 1)]
+
+
+def reprocess_days(spec: PlatformSpec, app_name: str, first_day: date, last_day: date, spark: SparkSession,
+                   client_config: dict[str, Any] | None = None) -> list[ReprocessedDay]:
+    """Reprocess the days ``first_day`` to ``last_day`` (both included) of app ``app_name`` in order, in one Spark
+    session (a backfill): day D runs after D - 1 and goes on from its state.
+
+    :func:`check_days` refuses what it can for the whole range before the first day runs. A day failing later
+    (records missing from an archive, a failed record) stops the range there: the days before it stay
+    reprocessed, and the backfill can go on from the failed day.
+
+    Raises:
+        ValueError, BatchPlanError, TopologyError, PublishError, ReprocessStateError, ReprocessInputError: as
+            :func:`check_days` and :func:`prepare_day`.
+    """
+    checked = check_days(spec, app_name, first_day, last_day, client_config)
     done = []
-    for day in days:
+    for day in day_range(first_day, last_day):
         prepared = prepare_day(spec, app_name, day, client_config, checked)
         done.append(run_day_on_spark(spark, prepared))
         log.info("reprocessed %s %s: %d records in, %d out, %.1f s", app_name, day, done[-1].records_in,

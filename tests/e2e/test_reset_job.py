@@ -107,7 +107,8 @@ def test_reset_job_dry_run_then_execute_records_the_plan(bootstrap_of_own_broker
         metadata = event.asset_materialization.metadata
         assert metadata["plan"].value == plan
         assert metadata["epoch"].value == "none -> 1"
-        assert metadata["topics_recreated"].value == ["wordcount-1-stream-time", "wordcount-word-counts-changelog"]
+        assert metadata["topics_recreated"].value == ["wordcount-1-stream-time", "wordcount-word-counts-changelog",
+                                                         "wordcount-word-counts-pending-changelog"]
 
         again = run({"execute": True, "plan": plan_path}, instance)  # the same plan again: the cluster moved on
         assert not again.success

@@ -1,5 +1,7 @@
 """Batch equals streaming: the live workers on the embedded broker, the real archive of their input, the
-``reprocessed/<app>`` asset over three days on Spark, and each output compared record for record.
+``reprocessed/<app>`` asset over three days on Spark, launched from the command line as the runbook shows it (the
+orders: one backfill run of the three days; the word count: a backfill of two, then the third day alone), and each
+output compared record for record.
 
 For each app: generated input over three days (and the first hours of a fourth, which the third day's run reads up
 to its frontier) is fed to ``brook worker run`` processes; their output topics are read back; the input topics are
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,7 +48,7 @@ from assets.archive.assets import archive_assets
 from assets.archive.keys import archive_asset_key
 from assets.archive.layout import RAW_DIR, day_dir
 from assets.platform_spec import ArchiveSpec, PlatformSpec, ReprocessSpec, load_platform_spec
-from assets.reprocess import reprocess_asset_key, reprocess_assets
+from assets.reprocess import reprocess_asset_key
 from assets.resources import KafkaResource, PlatformResource, spark_resource
 from streaming.admin import create_topics
 from streaming.broker import EmbeddedBroker
@@ -56,6 +59,7 @@ from streaming.testing.kafka import group_lag, produce, produce_paced, read_topi
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
+DAGSTER = Path(sys.executable).parent / "dagster"
 DAYS = [date(2023, 11, 14), date(2023, 11, 15), date(2023, 11, 16)]
 TAIL_DAY = date(2023, 11, 17)
 HOUR, MINUTE = 3_600_000, 60_000
@@ -113,25 +117,38 @@ def platform(tmp_path: Path, bootstrap: str) -> tuple[PlatformSpec, dict[str, An
                   "pyspark": spark_resource()}
 
 
-def archive_and_reprocess(spec: PlatformSpec, resources: dict[str, Any], app: str, topics: list[str]) -> str:
-    """Archive ``topics`` for the three days and the fourth, then reprocess the three days in order; returns the
-    batch runs' figures (records in, seconds, from their metadata)."""
-    records_in, seconds = 0, 0.0
+def reprocess_from_the_command_line(spec: PlatformSpec, resources: dict[str, Any], bootstrap: str, app: str,
+                                    topics: list[str], tmp_path: Path, runs: list[list[str]]) -> str:
+    """Archive ``topics`` for the three days and the fourth, then reprocess the three days with the runbook's
+    commands (``platform/runbooks/reprocess-and-backfill.md``): ``dagster asset materialize`` with each of ``runs``'
+    partition options (``--partition-range A...B`` is a backfill, one run; ``--partition D`` one day)."""
     for day in [*DAYS, TAIL_DAY]:
         result = dg.materialize(archive_assets(spec), selection=[archive_asset_key(t) for t in topics],
                                 partition_key=day.isoformat(), resources=resources)
         assert result.success
-    for day in DAYS:
-        result = dg.materialize(reprocess_assets(spec), selection=[reprocess_asset_key(app)],
-                                partition_key=day.isoformat(), resources=resources)
-        assert result.success
-        [event] = result.get_asset_materialization_events()
-        metadata = event.materialization.metadata
-        assert metadata["records_in"].value > 0
-        expected_start = "empty state (first day)" if day == DAYS[0] else f"the state of {day - timedelta(days=1)}"
-        assert metadata["started_from"].value == expected_start
-        records_in, seconds = records_in + metadata["records_in"].value, seconds + metadata["duration_s"].value
-    return f"batch: {records_in} records in 3 daily runs in {seconds:.1f} s"
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "BROOK_PLATFORM_SPEC": str(resources["platform"].path),
+           "BROOK_BOOTSTRAP_SERVERS": bootstrap}
+    for partitions in runs:
+        done = subprocess.run([str(DAGSTER), "asset", "materialize", "-m", "assets.definitions", "--select",
+                               f"reprocessed/{app}", *partitions], check=False, cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=900)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        records = instance.fetch_materializations(reprocess_asset_key(app), limit=10).records
+    assert sorted(r.partition_key or "" for r in records) == [d.isoformat() for d in DAYS]
+    assert len({r.run_id for r in records}) == len(runs), "a backfill's days are one run (one Spark session)"
+    figures: dict[str, dict[str, Any]] = {}
+    for record in records:
+        metadata = {k: v.value for k, v in record.asset_materialization.metadata.items()}  # type: ignore[union-attr]
+        figures.update(metadata.get("per_day", {record.partition_key: metadata}))
+    assert [figures[d.isoformat()]["started_from"] for d in DAYS] == [
+        "empty state (first day)", *(f"the state of {d - timedelta(days=1)}" for d in DAYS[1:])]
+    assert all(figures[d.isoformat()]["records_in"] > 0 for d in DAYS)
+    return (f"batch: {sum(f['records_in'] for f in figures.values())} records in "
+            f"{sum(f['duration_s'] for f in figures.values()):.1f} s ({len(runs)} run(s) from the command line)")
 
 
 def batch_outputs(spec: PlatformSpec, app: str, topic: str) -> list[tuple[bytes | None, bytes | None, int]]:
@@ -229,7 +246,8 @@ def test_the_orders_pipeline_reprocessed_over_three_days_equals_the_live_workers
         stop(workers)
 
     spec, resources = platform(tmp_path, bootstrap)
-    batch = archive_and_reprocess(spec, resources, "orders", inputs)
+    batch = reprocess_from_the_command_line(spec, resources, bootstrap, "orders", inputs, tmp_path,
+                                            [["--partition-range", f"{DAYS[0]}...{DAYS[-1]}"]])
     print(f"orders: live: {sum(map(len, segments))} orders fed (paced) in {live_seconds:.1f} s; {batch}")
     for topic in outputs:
         assert_batch_equals_live(batch_outputs(spec, "orders", topic), live[topic], topic)
@@ -273,7 +291,9 @@ def test_the_word_count_reprocessed_over_three_days_equals_the_live_worker(own_b
         stop(workers)
 
     spec, resources = platform(tmp_path, bootstrap)
-    batch = archive_and_reprocess(spec, resources, "wordcount", [wordcount_app.INPUT_TOPIC])
+    batch = reprocess_from_the_command_line(spec, resources, bootstrap, "wordcount", [wordcount_app.INPUT_TOPIC],
+                                            tmp_path, [["--partition-range", f"{DAYS[0]}...{DAYS[1]}"],
+                                                       ["--partition", DAYS[2].isoformat()]])
     print(f"wordcount: live: {12 * len(ticks)} lines fed tick by tick in {live_seconds:.1f} s; {batch}")
     counts, words = wordcount_app.OUTPUT_TOPIC, wordcount_app.WORDS_TOPIC
     assert_batch_equals_live(batch_outputs(spec, "wordcount", counts), live[counts], counts)

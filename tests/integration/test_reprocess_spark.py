@@ -105,7 +105,7 @@ def spark_outputs(spec: PlatformSpec, topic: str, day: date) -> list[tuple[Any, 
 
 
 def test_the_spark_job_gives_what_run_day_gives_day_by_day(spark: Any, tmp_path: Path, broker: Any) -> None:
-    """Three days in one call of ``reprocess_days`` (what a command-line backfill calls), with ``publish: true``:
+    """Three days in one call of ``reprocess_days`` (a backfill from Python, as platform/runbooks/reprocess-and-backfill.md shows it), with ``publish: true``:
     refused whole, before anything is written, while the side topics do not exist, while the fourth day (which
     the third day's run reads into) has no archive, and when it would start from empty state after the first day."""
     suffix = f".reprocessed-{uuid.uuid4().hex[:8]}"

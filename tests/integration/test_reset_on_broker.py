@@ -233,7 +233,8 @@ def test_word_count_reset_to_earliest_rebuilds_its_outputs(bootstrap_of_own_brok
     assert snapshots.list_snapshot_ids(str(location), "wordcount", "word-counts") == []
     assert (location / "wordcount" / "word-counts" / "retired" / "none" / "manifests" /
             f"{manifest.snapshot_id}.json").exists()
-    for topic in ("wordcount-word-counts-changelog", "wordcount-1-stream-time"):  # re-created as the runtime would
+    for topic in ("wordcount-word-counts-changelog", "wordcount-word-counts-pending-changelog",
+                  "wordcount-1-stream-time"):  # re-created as the runtime would
         assert ends(bootstrap, topic) == {p: 0 for p in range(PARTITIONS)}
         assert topic_configs(bootstrap, topic)["cleanup.policy"] == "compact"
 
@@ -339,7 +340,8 @@ def test_bad_input_is_refused_in_one_line_and_changes_nothing(bootstrap_of_own_b
     config = {"application.id": "wordcount", "bootstrap.servers": bootstrap, "state.dir": str(tmp_path / "state"),
               "commit.interval.ms": 200}
     run_until_caught_up(KafkaStreams(wordcount_topology(), config), bootstrap, "wordcount", [INPUT_TOPIC, WORDS_TOPIC])
-    involved = [INPUT_TOPIC, WORDS_TOPIC, OUTPUT_TOPIC, "wordcount-word-counts-changelog", "wordcount-1-stream-time",
+    involved = [INPUT_TOPIC, WORDS_TOPIC, OUTPUT_TOPIC, "wordcount-word-counts-changelog",
+                "wordcount-word-counts-pending-changelog", "wordcount-1-stream-time",
                 "wordcount-epoch"]
 
     def cluster() -> Any:
@@ -368,7 +370,7 @@ def test_bad_input_is_refused_in_one_line_and_changes_nothing(bootstrap_of_own_b
     internal = refused("--internal-topics", f"wordcount-word-counts-changelog,{INPUT_TOPIC}")
     assert internal == ("error: topic 'wordcount-lines' cannot be listed as internal: it is an input of application "
                         "'wordcount', and a reset deletes only its internal topics (wordcount-1-stream-time, "
-                        "wordcount-word-counts-changelog)")
+                        "wordcount-word-counts-changelog, wordcount-word-counts-pending-changelog)")
 
     log = tmp_path / "worker.log"
     worker = subprocess.Popen(
