@@ -301,10 +301,11 @@ def report_platform(platform: PlatformSummary, seconds: float) -> bool:
         steps.add_row(asset, partition, result, f"{run_seconds:.1f}")
     console.print(steps)
     checks = Table(title="Great Expectations checks", show_header=True)
-    for column in ("asset", "check", "day", "severity", "result", "failing"):
+    for column in ("on", "check", "day", "severity", "result", "failing"):
         checks.add_column(column)
-    for asset, name, day, severity, passed, failing in platform.checks:
-        checks.add_row(asset, name, day, severity, "[green]passed[/]" if passed else "[red]failed[/]", failing)
+    for asset, name, day, severity, passed, failing in platform.checks:  # on: archive/<topic> or reprocessed/<app>
+        checks.add_row(asset.split("/")[0], name, day, severity, "[green]passed[/]" if passed else "[red]failed[/]",
+                       failing)
     console.print(checks)
     reprocessed = platform.reprocessed
     if reprocessed is not None:
