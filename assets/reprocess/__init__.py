@@ -6,6 +6,8 @@
   asset runs), and a range of days in order in one Spark session (:func:`~assets.reprocess.job.reprocess_days`, what
   a command-line backfill calls);
 - :mod:`assets.reprocess.publish` — a reprocessed day's outputs produced to Kafka (``publish: true``);
+- :mod:`assets.reprocess.compare` — reprocessed outputs against the live ones, record for record (the integration
+  test and ``make demo``);
 - :mod:`assets.reprocess.assets` — the Dagster assets and checks.
 """
 

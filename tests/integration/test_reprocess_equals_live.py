@@ -30,16 +30,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
-from itertools import groupby, pairwise
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import dagster as dg
-import pyarrow.dataset as ds
 import pytest
 import yaml
 
@@ -47,9 +45,9 @@ import apps.wordcount as wordcount_app
 from apps.orders import pipeline as orders_app
 from assets.archive.assets import archive_assets
 from assets.archive.keys import archive_asset_key
-from assets.archive.layout import RAW_DIR, day_dir
 from assets.platform_spec import ArchiveSpec, PlatformSpec, ReprocessSpec, load_platform_spec
 from assets.reprocess import reprocess_asset_key
+from assets.reprocess.compare import OutputRecord, compare_outputs, live_records, reprocessed_records
 from assets.resources import KafkaResource, PlatformResource, spark_resource
 from streaming.admin import create_topics
 from streaming.broker import EmbeddedBroker
@@ -157,46 +155,18 @@ def reprocess_from_the_command_line(spec: PlatformSpec, resources: dict[str, Any
             f"{sum(f['duration_s'] for f in figures.values()):.1f} s ({len(runs)} run(s) from the command line)")
 
 
-def batch_outputs(spec: PlatformSpec, app: str, topic: str) -> list[tuple[bytes | None, bytes | None, int]]:
+def batch_outputs(spec: PlatformSpec, app: str, topic: str) -> list[OutputRecord]:
     """What the three days' runs wrote to ``topic``: day by day, each by partition and offset."""
     assert spec.reprocess is not None
-    rows: list[tuple[bytes | None, bytes | None, int]] = []
-    for day in DAYS:
-        path = day_dir(spec.reprocess.root() / app, topic, day) / RAW_DIR
-        table = ds.dataset(path, format="parquet").to_table().sort_by([("partition", "ascending"),
-                                                                         ("offset", "ascending")])
-        rows.extend((row["key"], row["value"], int(row["timestamp"].timestamp() * 1000)) for row in table.to_pylist())
-    return rows
+    return reprocessed_records(spec.reprocess.root(), app, topic, DAYS)
 
 
-def by_key(records: Iterable[tuple[bytes | None, bytes | None, int]]) -> dict[bytes | None, list[tuple[Any, int]]]:
-    """Each key's ``(value, timestamp)`` in order; records of one key with the same timestamp in value order (live,
-    their order is not determined when different tasks sent them: the lines of one order, say)."""
-    keyed: dict[bytes | None, list[tuple[Any, int]]] = defaultdict(list)
-    for key, value, timestamp in records:
-        keyed[key].append((value, timestamp))
-    for key, sequence in keyed.items():
-        runs = [sorted(run) for _, run in groupby(sequence, key=lambda record: record[1])]
-        keyed[key] = [record for run in runs for record in run]
-    return keyed
-
-
-def assert_batch_equals_live(batch: list[tuple[bytes | None, bytes | None, int]], live: list[Any], topic: str,
-                             ordered: bool = True) -> None:
+def assert_batch_equals_live(batch: list[OutputRecord], live: list[Any], topic: str, ordered: bool = True) -> None:
     """Per key, the batch's records are the live ones, in order, up to where the fourth day's input starts
-    (``ordered=False``: as many of each, in any order)."""
-    batch_keyed = by_key(batch)
-    live_keyed = by_key((r.key, r.value, r.timestamp) for r in live)
-    assert batch_keyed, f"{topic}: the batch runs wrote nothing"
-    for key, records in batch_keyed.items():
-        if key is None:  # a random partition live: compared as a set
-            assert set(records) <= set(live_keyed[None]), f"{topic}: null-key records"
-        elif ordered:
-            assert live_keyed[key][:len(records)] == records, f"{topic} key {key!r}"
-        else:
-            assert Counter(records) <= Counter(live_keyed[key]), f"{topic} key {key!r}"
-    leftover = sum(len(records) - len(batch_keyed.get(key, ())) for key, records in live_keyed.items())
-    assert leftover < len(batch) // 5, f"{topic}: {leftover} live records after the batch's"
+    (``ordered=False``: as many of each, in any order): ``assets.reprocess.compare``, as ``make demo`` checks."""
+    result = compare_outputs(batch, live_records(live), topic, ordered=ordered)
+    assert result.equal, f"{topic}: {result.different_keys} keys differ: {result.differences}"
+    assert result.leftover < len(batch) // 5, f"{topic}: {result.leftover} live records after the batch's"
 
 
 # -- the orders pipeline --------------------------------------------------------------------------------------------
