@@ -16,7 +16,7 @@ value (``observed <label>``), plus the GE statistics and a summary table.
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,10 @@ class TopicDays:
     """The checked asset, from the rule's topic."""
     root: Callable[[PlatformSpec, str], Path]
     """The directory holding a topic's days, from the spec the run reads."""
+    by_timestamp: Callable[[str], bool] = lambda topic: False
+    """True for a topic whose day directory holds what a day's run wrote rather than the day's records (a
+    reprocessed app's output: the run of D - 1 reads up to D's frontier, so some records timestamped D are in D - 1's
+    directory, and D's holds some of D + 1's): its day D is then the rows timestamped in D, from both directories."""
 
 
 def _archive_root(spec: PlatformSpec, topic: str) -> Path:
@@ -82,10 +86,26 @@ def checked_days(context: dg.AssetCheckExecutionContext, topic: str,
     return [partition_day(partition)]
 
 
+def _rows_timestamped_in(root: Path, topic: str, day: date, columns: list[str] | None) -> Any:
+    """The rows of ``topic`` timestamped in ``day``, from its day directory and the one before (when it exists)."""
+    import pandas as pd
+
+    wanted = None if columns is None else list(dict.fromkeys([*columns, "timestamp"]))
+    frames = [read_day(root, topic, day, wanted)]
+    try:
+        frames.insert(0, read_day(root, topic, day - timedelta(days=1), wanted))
+    except ArchiveMissingError:
+        pass  # the first reprocessed day
+    frame = pd.concat(frames, ignore_index=True)
+    start = pd.Timestamp(datetime(day.year, day.month, day.day, tzinfo=UTC))
+    stamps = pd.to_datetime(frame["timestamp"], utc=True)
+    return frame[(stamps >= start) & (stamps < start + pd.Timedelta(days=1))].reset_index(drop=True)
+
+
 def _baseline_rows(spec: PlatformSpec, rule: QualityRule, day: date, days: TopicDays) -> tuple[int, dict[str, int]]:
     """The baseline's rows for the day less the ``baseline_minus`` rows, and each one's count."""
-    counts = {topic: day_row_count(days.root(spec, topic), topic, day)
-              for topic in [rule.baseline or "", *rule.baseline_minus]}
+    counts = {topic: len(_rows_timestamped_in(days.root(spec, topic), topic, day, [])) if days.by_timestamp(topic)
+              else day_row_count(days.root(spec, topic), topic, day) for topic in [rule.baseline or "", *rule.baseline_minus]}
     baseline = counts[rule.baseline or ""] - sum(counts[t] for t in rule.baseline_minus)
     return baseline, counts
 
@@ -161,7 +181,9 @@ def rule_check(spec: PlatformSpec, rule: QualityRule, days: TopicDays = ARCHIVE_
             baseline_rows = None
             undecodable = None
             try:
-                frame = read_day(root, checked.topic, day, columns_to_read(checked, topic))
+                frame = (_rows_timestamped_in(root, checked.topic, day, columns_to_read(checked, topic))
+                         if days.by_timestamp(checked.topic) else
+                         read_day(root, checked.topic, day, columns_to_read(checked, topic)))
                 if checked.check == "absent":  # a leaked field must be seen in undecodable records too
                     undecodable = read_undecodable(root, checked.topic, day, ["partition", "offset", "value"])
                     extra = {"undecodable rows checked": len(undecodable)}

@@ -170,7 +170,7 @@ def _days(app_name: str, app: AppSpec) -> TopicDays:
             raise dg.Failure("the platform spec has no reprocess or archive section any more: reload the code location")
         return spec.reprocess.root() / app_name if topic in outputs else spec.archive.root()
 
-    return TopicDays(asset_key, root)
+    return TopicDays(asset_key, root, by_timestamp=lambda topic: topic in outputs)
 
 
 def reprocess_checks(spec: PlatformSpec) -> list[dg.AssetChecksDefinition]:

@@ -280,13 +280,22 @@ def test_the_rules_on_an_apps_outputs_check_its_reprocessed_days(spec_path: Path
     spec = load_platform_spec(spec_path)
     good = _good_archives()
     reprocessed = {topic: rows for topic, rows in good.items() if topic in spec.apps["orders"].outputs}
-    reprocessed["order-lines"] = [*reprocessed["order-lines"], _line(9, "item-003", qty=0)]  # only the batch's
+    midnight = datetime(DAY.year, DAY.month, DAY.day, tzinfo=UTC)
+    carried, *lines = reprocessed["order-lines"]
+    # The day is the rows timestamped in it: one the run of the day before wrote (it read up to this day's
+    # frontier) counts, one of the next day this day's run wrote does not, nor one of the day before.
+    reprocessed["order-lines"] = [*lines, _line(9, "item-003", qty=0),  # only the batch's
+                                  *(_line(n, "item-001", timestamp=midnight + timedelta(days=1, minutes=n))
+                                    for n in (50, 51))]
+    day_before = [_line(60, "item-001"), {**carried, "timestamp": midnight + timedelta(minutes=10)}]
     partitions = archive_partitions(spec.archive)
 
     @dg.asset(key=reprocess_asset_key("orders"), partitions_def=partitions)
     def orders_reprocessed(context: dg.AssetExecutionContext) -> None:
+        day, root = partition_day(context.partition_key), spec.reprocess.root() / "orders"
         for topic, rows in reprocessed.items():
-            _write_day(spec, topic, partition_day(context.partition_key), rows, root=spec.reprocess.root() / "orders")
+            _write_day(spec, topic, day, rows, root=root)
+        _write_day(spec, "order-lines", day - timedelta(days=1), day_before, root=root)
 
     result = dg.materialize([_stand_in(spec, "orders", good["orders"]), orders_reprocessed, *reprocess_checks(spec)],
                             partition_key=DAY.isoformat(), resources={"platform": PlatformResource(path=str(spec_path))},
