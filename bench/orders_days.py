@@ -99,6 +99,14 @@ def write_platform(workdir: Path, first_day: date) -> Path:
     return path
 
 
+def write_spark_conf(workdir: Path) -> Path:
+    """The platform's Spark conf with the console progress bars off (they would fill the bench's output)."""
+    source = REPO_ROOT / "platform" / "spark" / "spark-defaults.conf"
+    path = workdir / "spark-defaults.conf"
+    path.write_text(source.read_text() + "\nspark.ui.showConsoleProgress false\n")
+    return path
+
+
 def with_reprocess_root(platform_path: Path, root: Path) -> Any:
     """The platform spec at ``platform_path`` with its reprocessing under ``root``."""
     from assets.platform_spec import ReprocessSpec, load_platform_spec
@@ -106,8 +114,9 @@ def with_reprocess_root(platform_path: Path, root: Path) -> Any:
     return load_platform_spec(platform_path).model_copy(update={"reprocess": ReprocessSpec(location=str(root))})
 
 
-def archive_days(platform_path: Path, bootstrap: str, topics: list[str], days: list[date]) -> None:
-    """Materialize ``archive/<topic>`` for every day through the archive assets (what the integration test does)."""
+def archive_days(platform_path: Path, spark_conf: Path, bootstrap: str, topics: list[str], days: list[date]) -> None:
+    """Materialize ``archive/<topic>`` for every day through the archive assets (what the integration test does),
+    on a Spark session with the settings in ``spark_conf``."""
     import dagster as dg
 
     from assets.archive.assets import archive_assets
@@ -117,7 +126,7 @@ def archive_days(platform_path: Path, bootstrap: str, topics: list[str], days: l
 
     spec = load_platform_spec(platform_path)
     resources = {"kafka": KafkaResource(bootstrap_servers=bootstrap),
-                 "platform": PlatformResource(path=str(platform_path)), "pyspark": spark_resource()}
+                 "platform": PlatformResource(path=str(platform_path)), "pyspark": spark_resource(spark_conf)}
     for day in days:
         result = dg.materialize(archive_assets(spec), selection=[archive_asset_key(t) for t in topics],
                                 partition_key=day.isoformat(), resources=resources,

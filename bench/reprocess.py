@@ -138,15 +138,14 @@ def run_live(bootstrap: str, workdir: Path, workers: int, settings: dict[str, st
 
 # -- batch ----------------------------------------------------------------------------------------------------------
 
-def batch_main(platform_path: str, root: str, cores: int) -> dict[str, Any]:
+def batch_main(platform_path: str, spark_conf: str, root: str, cores: int) -> dict[str, Any]:
     """In a spawned process: reprocess the days in Spark ``local[cores]`` under ``root``; its figures."""
     from assets.reprocess.job import reprocess_days
     from assets.spark.session import read_spark_defaults, spark_session
 
     spec = O.with_reprocess_root(Path(platform_path), Path(root))
-    conf = read_spark_defaults(C.REPO_ROOT / "platform" / "spark" / "spark-defaults.conf")
     t0 = time.monotonic()
-    spark = spark_session({**conf, "spark.master": f"local[{cores}]", "spark.ui.showConsoleProgress": "false"})
+    spark = spark_session({**read_spark_defaults(spark_conf), "spark.master": f"local[{cores}]"})
     t1 = time.monotonic()
     done = reprocess_days(spec, O.APP, DAYS[0], DAYS[-1], spark)
     t2 = time.monotonic()
@@ -157,10 +156,10 @@ def batch_main(platform_path: str, root: str, cores: int) -> dict[str, Any]:
                       "records_out": d.records_out} for d in done]}
 
 
-def run_batch(platform_path: Path, root: Path, cores: int) -> dict[str, Any]:
+def run_batch(platform_path: Path, spark_conf: Path, root: Path, cores: int) -> dict[str, Any]:
     """:func:`batch_main` in a fresh spawned process (its own JVM)."""
     with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
-        return pool.submit(batch_main, str(platform_path), str(root), cores).result()
+        return pool.submit(batch_main, str(platform_path), str(spark_conf), str(root), cores).result()
 
 
 def run_reference(platform_path: Path, root: Path) -> list[float]:
@@ -262,14 +261,15 @@ def main() -> int:
 
         live = run_live(bootstrap, workdir, args.workers, C.parse_overrides(args.set), args.timeout)
         print(f"live: {args.workers} worker(s) drained the input {live.done - started:.1f} s into the run")
-        platform_path = O.write_platform(workdir, FIRST_DAY)
+        platform_path, spark_conf = O.write_platform(workdir, FIRST_DAY), O.write_spark_conf(workdir)
         t0 = time.monotonic()
         with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
-            pool.submit(O.archive_days, platform_path, bootstrap, inputs, [*DAYS, DAYS[-1] + timedelta(days=1)]).result()
+            pool.submit(O.archive_days, platform_path, spark_conf, bootstrap, inputs,
+                        [*DAYS, DAYS[-1] + timedelta(days=1)]).result()
         print(f"archived {len(DAYS) + 1} days of {', '.join(inputs)} in {time.monotonic() - t0:.1f} s (not counted)")
         batches = []
         for cores in args.cores:
-            batches.append(run_batch(platform_path, workdir / f"reprocessed-local{cores}", cores))
+            batches.append(run_batch(platform_path, spark_conf, workdir / f"reprocessed-local{cores}", cores))
             print(f"batch local[{cores}]: {batches[-1]['seconds']:.1f} s (+ {batches[-1]['session_s']:.1f} s "
                   f"SparkSession start)")
         reference = run_reference(platform_path, Path(batches[0]["root"]))
