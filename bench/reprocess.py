@@ -93,31 +93,33 @@ def drained(bootstrap: str) -> bool:
 
 def watch_outputs(bootstrap: str, run: LiveRun, workers: list[Any], timeout: float) -> None:
     """Read every output topic as the workers write it, noting when the first and last record arrived, until every
-    stage is drained."""
+    stage is drained and every output partition read to its end."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-watch-{C.run_id()}",
                          "enable.auto.commit": False, "enable.partition.eof": True, "fetch.queue.backoff.ms": 10,
                          "fetch.wait.max.ms": 50})
-    consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in output_topics() for p in range(O.PARTITIONS)])
-    deadline, next_check, at_eof = time.monotonic() + timeout, time.monotonic() + 1.0, False
+    partitions = [TopicPartition(t, p, OFFSET_BEGINNING) for t in output_topics() for p in range(O.PARTITIONS)]
+    consumer.assign(partitions)
+    at_end: set[tuple[str, int]] = set()
+    deadline, next_check, all_committed = time.monotonic() + timeout, time.monotonic() + 1.0, False
     try:
-        while True:
+        while not (all_committed and len(at_end) == len(partitions)):
             for message in consumer.consume(10_000, 0.1):
-                error = message.error()
+                error, tp = message.error(), (message.topic(), message.partition())
                 if error is not None:
-                    at_eof = error.code() == KafkaError._PARTITION_EOF
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(tp)
                     continue
-                now = time.monotonic()
-                run.first = run.first or now
-                run.last, at_eof = now, False
-            if time.monotonic() >= next_check:
+                at_end.discard(tp)
+                run.first, run.last = run.first or time.monotonic(), time.monotonic()
+            if time.monotonic() >= next_check and not all_committed:
                 if any(w.poll() is not None for w in workers):
                     raise C.SideFailed("a worker exited: see worker-*.log in the work directory")
-                if at_eof and run.first is not None and drained(bootstrap):
-                    break
                 if time.monotonic() > deadline:
                     raise C.SideFailed(f"the live workers did not drain the input in {timeout:.0f} s")
+                # Outputs are flushed before offsets are committed: once all is committed, no output is still to come.
+                all_committed = run.first is not None and drained(bootstrap)
                 next_check = time.monotonic() + 1.0
     finally:
         consumer.close()
