@@ -1,8 +1,9 @@
 """Batch reprocessing throughput of the orders pipeline beside the live workers' on the same input, same run.
 
-Workload: ``--orders`` generated orders (default 30,000) spread over three days and the first hours of a fourth
-(as ``tests/integration/test_reprocess_equals_live.py`` generates them: 10% out of order, 2% 2.5 h late, 5%
-duplicates, 5% invalid), with 2,000 users and 200 items, all loaded into the embedded broker before anything runs.
+Workload: ``--orders`` generated orders (default 30,000) spread over three days and the first hours of a fourth,
+with the generator and defects of ``tests/integration/test_reprocess_equals_live.py`` (10% out of order, 2% 2.5 h
+late, 5% duplicates, 5% invalid), 2,000 users and 200 items, all loaded into the embedded broker before anything
+runs.
 In one run:
 
 * live   -- ``--workers`` (default 2) ``brook worker run`` processes of ``apps.orders:topology`` read the backlog.
