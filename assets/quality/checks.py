@@ -1,9 +1,11 @@
 """Dagster asset checks built from the platform spec's ``quality`` rules, one per rule.
 
 A rule on topic ``T`` checks the ``archive/T`` asset: it reads the archived day (only the columns it
-needs; an ``absent`` rule also the raw bytes of the day's undecodable records) and validates it with Great Expectations (:mod:`assets.quality.validation`). The checked day
-is the run's partition (checks run in the same run as the archive partition they follow), or, when a
-check is run on its own, the archive's latest materialized partition. The checks come from the spec
+needs; an ``absent`` rule also the raw bytes of the day's undecodable records) and validates it with Great
+Expectations (:mod:`assets.quality.validation`). The same rules on an app's outputs check ``reprocessed/<app>``
+(:class:`TopicDays` says where each topic's days are). The checked day is the run's partition (checks run in the
+same run as the partition they follow; a backfill's range: every day of it, one result), or, when a check is run
+on its own, the asset's latest materialized partition. The checks come from the spec
 the code location loaded; a run reads the rule, the topic and the archive location from the spec
 again, through the ``platform`` resource. ``severity`` comes from the
 rule, and ERROR rules are blocking: their failure stops assets downstream of the archive.
@@ -104,8 +106,13 @@ def _rows_timestamped_in(root: Path, topic: str, day: date, columns: list[str] |
 
 def _baseline_rows(spec: PlatformSpec, rule: QualityRule, day: date, days: TopicDays) -> tuple[int, dict[str, int]]:
     """The baseline's rows for the day less the ``baseline_minus`` rows, and each one's count."""
-    counts = {topic: len(_rows_timestamped_in(days.root(spec, topic), topic, day, [])) if days.by_timestamp(topic)
-              else day_row_count(days.root(spec, topic), topic, day) for topic in [rule.baseline or "", *rule.baseline_minus]}
+    def rows(topic: str) -> int:
+        root = days.root(spec, topic)
+        if days.by_timestamp(topic):
+            return len(_rows_timestamped_in(root, topic, day, []))
+        return day_row_count(root, topic, day)
+
+    counts = {topic: rows(topic) for topic in [rule.baseline or "", *rule.baseline_minus]}
     baseline = counts[rule.baseline or ""] - sum(counts[t] for t in rule.baseline_minus)
     return baseline, counts
 

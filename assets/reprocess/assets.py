@@ -5,14 +5,14 @@ A run reprocesses its day on the code location's Spark session; a backfill of a 
 the whole range (:func:`assets.reprocess.job.check_days`). From the command line, with the pinned Dagster::
 
     dagster asset materialize -m assets.definitions --select reprocessed/orders \
-        --partition-range 2026-11-01...2026-11-03
+        --partition-range 2023-11-14...2023-11-16
 
 Day ``D`` depends on the archive of the app's inputs for ``D`` and ``D + 1`` (a day's run replays records up to the
 day's end plus the inputs' disorder bound) and on day ``D - 1`` of itself (its run goes on from the state the day
-before left). A backfill run's metadata gives each day's figures under ``per_day``; its checks check every day of
-the range. The spec's quality rules on the app's output
-topics run on each day's outputs as checks of the asset (freshness rules excepted: a recomputed past day is not
-expected to be fresh), with the same Great Expectations suites as on the archive.
+before left). A backfill run's metadata gives each day's figures under ``per_day``. The spec's quality rules on the
+app's output topics run on each day's outputs as checks of the asset, on every day of a backfill's range (freshness
+rules excepted: a recomputed past day is not expected to be fresh), with the same Great Expectations suites as on
+the archive.
 
 A day that cannot be reprocessed fails its run with one line saying why and what to do (a day with no archive, a
 topology with a wall-clock punctuator, naming the processor, ...), before anything is read or written. With
@@ -36,6 +36,7 @@ from assets.resources import KafkaResource, PlatformResource, SparkResource
 __all__ = ["REPROCESS_GROUP", "reprocess_asset_key", "reprocess_assets", "reprocess_checks"]
 
 REPROCESS_GROUP = "reprocess"
+warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)  # beta in 1.13
 
 
 def reprocess_asset_key(app_name: str) -> dg.AssetKey:
@@ -82,9 +83,10 @@ def _range_metadata(done: list[Any]) -> dict[str, Any]:
         "duration_s": dg.MetadataValue.float(round(seconds, 2)),
         "records_per_s": dg.MetadataValue.float(round(records_in / max(seconds, 1e-9), 1)),
         "per_day": dg.MetadataValue.json({d.day.isoformat(): {
-            "started_from": d.started_from, "records_in": d.records_in, "records_out": d.records_out, "late_records": d.late_records,
-            "dropped_records": d.dropped_records, "duration_s": round(d.seconds, 2), "published": d.published,
-            "paths": {topic: str(path) for topic, path in sorted(d.paths.items())}} for d in done}),
+            "started_from": d.started_from, "records_in": d.records_in, "records_out": d.records_out,
+            "late_records": d.late_records, "dropped_records": d.dropped_records, "duration_s": round(d.seconds, 2),
+            "published": d.published, "paths": {topic: str(path) for topic, path in sorted(d.paths.items())},
+        } for d in done}),
     }
 
 
@@ -92,8 +94,6 @@ def _asset(spec: PlatformSpec, app_name: str, app: AppSpec) -> dg.AssetsDefiniti
     assert spec.archive is not None and spec.reprocess is not None
     key = reprocess_asset_key(app_name)
     replayed = replayed_topics(app)
-
-    warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)  # beta in 1.13
 
     @dg.asset(
         key=key,

@@ -67,7 +67,7 @@ def test_every_worker_announces_itself_until_it_stops(bootstrap: str, unique_nam
         assert "if it was killed, it counts as stopped in" in ghost.describe()
         wait_for(lambda: live_workers(config, unique_name, stale_after_s=4) == [], 20,
                  "the killed worker to count as stopped")
-        assert time.monotonic() - killed_at <= 4 + 1
+        assert time.monotonic() - killed_at <= 4 + 5  # the bound, plus reading the announcements on a busy machine
         assert len(live_workers(config, unique_name)) == 1  # with the real bound (60 s) it still counts as alive
     finally:
         for process in workers.values():

@@ -133,8 +133,8 @@ def reprocess_from_the_command_line(spec: PlatformSpec, resources: dict[str, Any
            "BROOK_BOOTSTRAP_SERVERS": bootstrap}
 
     def materialize(selection: str, *partitions: str) -> None:
-        done = subprocess.run([str(DAGSTER), "asset", "materialize", "-m", "assets.definitions", "--select", selection,
-                               *partitions], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        command = [str(DAGSTER), "asset", "materialize", "-m", "assets.definitions", "--select", selection, *partitions]
+        done = subprocess.run(command, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     materialize(",".join(f"archive/{topic}" for topic in topics), "--partition", TAIL_DAY.isoformat())
