@@ -3,7 +3,7 @@
 The same approach as ``tests/integration/test_reprocess_equals_live.py`` (its helpers, made to return problems
 instead of asserting): ``brook worker run`` processes over the input topics, the platform spec with the archive
 and the reprocessing under a directory of the run's own, the archive assets for each day, and each output topic
-of the batch runs compared per key with what the workers wrote.
+of the batch runs compared per key with what the workers wrote (``assets.reprocess.compare``, as the test does).
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, date, datetime, timedelta
-from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -133,45 +131,6 @@ def archive_days(platform_path: Path, spark_conf: Path, bootstrap: str, topics: 
                                 run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
         if not result.success:
             raise RuntimeError(f"archiving {day} failed")
-
-
-def batch_rows(root: Path, topic: str, days: list[date]) -> dict[date, list[Row]]:
-    """What the batch runs under ``root`` wrote to ``topic``, per day, each day by partition and offset."""
-    import pyarrow.dataset as ds
-
-    from assets.archive.layout import RAW_DIR, day_dir
-
-    rows: dict[date, list[Row]] = {}
-    for day in days:
-        table = ds.dataset(day_dir(root / APP, topic, day) / RAW_DIR, format="parquet").to_table().sort_by(
-            [("partition", "ascending"), ("offset", "ascending")])
-        rows[day] = [(r["key"], r["value"], int(r["timestamp"].timestamp() * 1000)) for r in table.to_pylist()]
-    return rows
-
-
-def by_key(records: Iterable[Row]) -> dict[bytes | None, list[tuple[Any, int]]]:
-    """Each key's ``(value, timestamp)`` in order; records of one key with the same timestamp in value order (their
-    order live is not determined when different tasks sent them)."""
-    keyed: dict[bytes | None, list[tuple[Any, int]]] = defaultdict(list)
-    for key, value, timestamp in records:
-        keyed[key].append((value, timestamp))
-    for key, sequence in keyed.items():
-        runs = [sorted(run) for _, run in groupby(sequence, key=lambda record: record[1])]
-        keyed[key] = [record for run in runs for record in run]
-    return keyed
-
-
-def compare(batch: list[Row], live: list[Row]) -> list[str]:
-    """Per key, the batch's records must be the first live ones, in order (null keys: a subset, as live a random
-    partition takes them); returns what differs (at most 5 keys named), empty when equal."""
-    batch_keyed, live_keyed = by_key(batch), by_key(live)
-    wrong = [key for key, records in batch_keyed.items()
-             if (not set(records) <= set(live_keyed.get(None, ())) if key is None
-                 else live_keyed.get(key, [])[:len(records)] != records)]
-    problems = [f"key {key!r}: the batch records are not the first live ones" for key in wrong[:5]]
-    if len(wrong) > 5:
-        problems.append(f"... and {len(wrong) - 5} more keys")
-    return problems
 
 
 def read_rows(bootstrap: str, topic: str) -> list[Row]:

@@ -188,17 +188,18 @@ def run_reference(platform_path: Path, root: Path) -> list[float]:
 def verify(live: LiveRun, root: Path) -> tuple[list[str], list[list[Any]]]:
     """Each batch output against the live one; returns the failures and a table of records per topic and day (of
     the records' timestamps: a day's run may write records of the next day)."""
+    from assets.reprocess.compare import compare_outputs, reprocessed_records
+
     failures, rows = [], []
     for topic in output_topics():
-        per_run = O.batch_rows(root, topic, DAYS)
-        batch = [row for day in DAYS for row in per_run[day]]
-        problems = O.compare(batch, live.outputs[topic])
+        batch = reprocessed_records(root, O.APP, topic, DAYS)
+        compared = compare_outputs(batch, live.outputs[topic], topic)
         days = zip(O.count_by_day(batch, DAYS), O.count_by_day(live.outputs[topic], DAYS))
-        status = "equal" if not problems else ("differs (timing)" if topic in TIMING_DEPENDENT else "DIFFERS")
+        status = "equal" if compared.equal else ("differs (timing)" if topic in TIMING_DEPENDENT else "DIFFERS")
         rows.append([topic, *(f"{b:,} / {lv:,}" for b, lv in days), f"{len(batch):,} / {len(live.outputs[topic]):,}",
                      status])
-        if problems and topic not in TIMING_DEPENDENT:
-            failures.extend(f"{topic}: {p}" for p in problems)
+        if not compared.equal and topic not in TIMING_DEPENDENT:
+            failures.extend(f"{topic}: {p}" for p in compared.differences)
     return failures, rows
 
 
