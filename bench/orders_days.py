@@ -9,10 +9,6 @@ of the batch runs compared per key with what the workers wrote (``assets.reproce
 from __future__ import annotations
 
 import dataclasses
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterable
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -57,29 +53,6 @@ def load_tables(bootstrap: str, first_day: date) -> int:
     produce(bootstrap, pipeline.USERS_TOPIC, users, Serdes.String(), Serdes.Json())
     produce(bootstrap, pipeline.ITEMS_TOPIC, items, Serdes.String(), Serdes.Json())
     return len(users) + len(items)
-
-
-def start_worker(bootstrap: str, workdir: Path, index: int, settings: dict[str, str]) -> subprocess.Popen[bytes]:
-    """One ``brook worker run`` of the orders pipeline with its own state dir; output to ``worker-<index>.log``."""
-    sets = [arg for key, value in {"bootstrap.servers": bootstrap, "state.dir": str(workdir / f"state-{index}"),
-                                   **settings}.items() for arg in ("--set", f"{key}={value}")]
-    log = (workdir / f"worker-{index}.log").open("ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", "streaming.cli.main", "worker", "run", "apps.orders:topology",
-         "--config", str(REPO_ROOT / "apps" / "orders" / "config.yaml"), *sets],
-        cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-
-
-def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM each worker, wait up to 60 s, then kill."""
-    for worker in workers:
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
-    for worker in workers:
-        try:
-            worker.wait(60)
-        except subprocess.TimeoutExpired:
-            worker.kill()
 
 
 def write_platform(workdir: Path, first_day: date) -> Path:

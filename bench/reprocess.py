@@ -49,6 +49,7 @@ if _ROOT not in sys.path:
 
 from bench import common as C
 from bench import orders_days as O
+from streaming.testing.workers import start_worker, stop_workers
 
 NAME = "reprocess"
 FIRST_DAY = date(2023, 11, 14)
@@ -130,11 +131,13 @@ def watch_outputs(bootstrap: str, run: LiveRun, workers: list[Any], timeout: flo
 def run_live(bootstrap: str, workdir: Path, workers: int, settings: dict[str, str], timeout: float) -> LiveRun:
     """Start the workers on the loaded backlog and watch them until every stage is drained; then stop them."""
     run = LiveRun(workers)
-    procs = [O.start_worker(bootstrap, workdir, index, settings) for index in range(workers)]
+    config = C.REPO_ROOT / "apps" / "orders" / "config.yaml"
+    procs = [start_worker(bootstrap, "apps.orders:topology", config, workdir, index, C.REPO_ROOT, settings)
+             for index in range(workers)]
     try:
         watch_outputs(bootstrap, run, procs, timeout)
     finally:
-        O.stop_workers(procs)
+        stop_workers(procs)
     run.outputs = {topic: O.read_rows(bootstrap, topic) for topic in output_topics()}
     return run
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -54,6 +53,7 @@ from streaming.broker import EmbeddedBroker
 from streaming.serdes import Serdes
 from streaming.testing import GeneratedRecord, generators
 from streaming.testing.kafka import group_lag, produce, produce_paced, read_topic, wait_for
+from streaming.testing.workers import start_worker, stop_workers
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,13 +76,8 @@ def own_broker(tmp_path: Path) -> Iterator[str]:
         yield broker.bootstrap_servers
 
 
-def start_worker(bootstrap: str, target: str, config: str, tmp_path: Path, index: int) -> subprocess.Popen[bytes]:
-    log = (tmp_path / f"worker-{index}.log").open("ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", "streaming.cli.main", "worker", "run", target, "--config", str(ROOT / config),
-         "--set", f"bootstrap.servers={bootstrap}", "--set", f"state.dir={tmp_path / f'state-{index}'}",
-         "--set", "commit.interval.ms=200"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+def start(target: str, config: str, bootstrap: str, tmp_path: Path, index: int) -> subprocess.Popen[bytes]:
+    return start_worker(bootstrap, target, ROOT / config, tmp_path, index, ROOT, {"commit.interval.ms": 200})
 
 
 def drained(bootstrap: str, group: str, topics: list[str], workers: list[subprocess.Popen[bytes]],
@@ -92,17 +87,6 @@ def drained(bootstrap: str, group: str, topics: list[str], workers: list[subproc
         assert worker.poll() is None, (tmp_path / f"worker-{index}.log").read_text()[-3000:]
     wait_for(lambda: all(group_lag(bootstrap, group, topic, PARTITIONS) == 0 for topic in topics), 120,
              f"{group} to commit {topics}")
-
-
-def stop(workers: list[subprocess.Popen[bytes]]) -> None:
-    for worker in workers:
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
-    for worker in workers:
-        try:
-            worker.wait(60)
-        except subprocess.TimeoutExpired:
-            worker.kill()
 
 
 def platform(tmp_path: Path, bootstrap: str) -> tuple[PlatformSpec, dict[str, Any]]:
@@ -209,7 +193,7 @@ def test_the_orders_pipeline_reprocessed_over_three_days_equals_the_live_workers
                                                                at(DAYS[1], 0) < max(p.timestamp for p in segments[2]))
     stages = [orders_app.ORDERS_TOPIC] + [f"{orders_app.APPLICATION_ID}-{name}-repartition"
                                           for name in ("lines-by-item-left", "lines-by-region")]
-    workers = [start_worker(bootstrap, "apps.orders:topology", "apps/orders/config.yaml", tmp_path, i) for i in range(2)]
+    workers = [start("apps.orders:topology", "apps/orders/config.yaml", bootstrap, tmp_path, i) for i in range(2)]
     started = time.monotonic()
     try:
         for orders in segments:
@@ -219,7 +203,7 @@ def test_the_orders_pipeline_reprocessed_over_three_days_equals_the_live_workers
         live_seconds = time.monotonic() - started
         live = {topic: read_topic(bootstrap, topic, Bytes, Bytes, PARTITIONS) for topic in outputs}
     finally:
-        stop(workers)
+        stop_workers(workers)
 
     spec, resources = platform(tmp_path, bootstrap)
     batch = reprocess_from_the_command_line(spec, resources, bootstrap, "orders", inputs, tmp_path,
@@ -255,7 +239,7 @@ def test_the_word_count_reprocessed_over_three_days_equals_the_live_worker(own_b
     ticks = sorted(set(TICKS))
     assert all(later - earlier >= 1000 for earlier, later in pairwise(ticks))
     # One worker: a task moving between workers emits its pending counts early (a clean close does).
-    workers = [start_worker(bootstrap, "apps.wordcount:topology", "apps/wordcount/config.yaml", tmp_path, 0)]
+    workers = [start("apps.wordcount:topology", "apps/wordcount/config.yaml", bootstrap, tmp_path, 0)]
     started = time.monotonic()
     try:
         for index, tick in enumerate(ticks):
@@ -264,7 +248,7 @@ def test_the_word_count_reprocessed_over_three_days_equals_the_live_worker(own_b
         live_seconds = time.monotonic() - started
         live = {topic: read_topic(bootstrap, topic, Bytes, Bytes, PARTITIONS) for topic in topics[1:]}
     finally:
-        stop(workers)
+        stop_workers(workers)
 
     spec, resources = platform(tmp_path, bootstrap)
     batch = reprocess_from_the_command_line(spec, resources, bootstrap, "wordcount", [wordcount_app.INPUT_TOPIC],

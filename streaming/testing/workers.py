@@ -1,0 +1,39 @@
+"""``brook worker run`` processes for integration tests and benchmarks: each started with a state directory and a
+log of its own, and stopped the way a rolling stop does (SIGTERM, then a kill if it does not exit)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+__all__ = ["start_worker", "stop_workers"]
+
+
+def start_worker(bootstrap: str, target: str, config: Path, workdir: Path, index: int, project: Path,
+                 settings: Mapping[str, object] | None = None) -> subprocess.Popen[bytes]:
+    """``brook worker run target --config config`` with ``state.dir`` ``workdir/state-<index>``, its output appended
+    to ``workdir/worker-<index>.log``; run in ``project`` (which is put on the import path, so ``target`` may name
+    a module of it), with ``settings`` as ``--set`` overrides."""
+    chosen = {"bootstrap.servers": bootstrap, "state.dir": str(workdir / f"state-{index}"), **(settings or {})}
+    overrides = [arg for key, value in chosen.items() for arg in ("--set", f"{key}={value}")]
+    log = (workdir / f"worker-{index}.log").open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "streaming.cli.main", "worker", "run", target, "--config", str(config), *overrides],
+        cwd=project, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(project)})
+
+
+def stop_workers(workers: Iterable[subprocess.Popen[bytes]], timeout_s: float = 60.0) -> None:
+    """SIGTERM every worker still running, then wait for each up to ``timeout_s`` and kill it if it has not exited."""
+    workers = list(workers)
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        try:
+            worker.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            worker.kill()
