@@ -123,3 +123,25 @@ def is_stream_time_topic(application_id: str, topic: str) -> bool:
     prefix = f"{application_id}-"
     return topic.startswith(prefix) and topic.endswith(STREAM_TIME_SUFFIX) and \
         topic[len(prefix):-len(STREAM_TIME_SUFFIX)].isdigit()
+
+
+GENERATION_MARK = ".v"
+
+
+def generation_name(logical: str, generation: int) -> str:
+    """The physical topic of generation ``generation`` of the logical topic ``logical`` (partition scaling's
+    migrate mode writes a new generation with the new partition count): generation 1 is the logical name
+    itself, so an app that was never scaled keeps its topics; generation ``n`` > 1 is ``<logical>.v<n>``
+    (``orders`` -> ``orders.v2``, ``<application.id>-<store>-changelog`` -> ``...-changelog.v2``)."""
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 1:
+        raise ValueError(f"topic generation of {logical!r} must be an integer >= 1, got {generation!r}")
+    return logical if generation == 1 else f"{logical}{GENERATION_MARK}{generation}"
+
+
+def logical_of(physical: str) -> tuple[str, int]:
+    """The logical topic and generation a physical name stands for (the inverse of :func:`generation_name`):
+    ``orders.v2`` -> (``orders``, 2); a name without a ``.v<n>`` suffix (n >= 2) is generation 1 of itself."""
+    base, mark, number = physical.rpartition(GENERATION_MARK)
+    if mark and base and number.isdigit() and not number.startswith("0") and int(number) >= 2:
+        return base, int(number)
+    return physical, 1
