@@ -53,6 +53,13 @@ class TaskMigratedError(StreamsError):
     group refused its offsets (Kafka Streams' TaskMigratedException). Its open transaction is not committed."""
 
 
+class ProducerFatalError(TaskMigratedError):
+    """At-least-once: the idempotent producer failed fatally (librdkafka; e.g. its sequence numbers fell out of
+    step with a restarted broker: ``OUT_OF_ORDER_SEQUENCE_NUMBER``) and can send nothing more. As Kafka Streams
+    treats ``OutOfOrderSequenceException`` (``RecordCollectorImpl.recordSendError``: a TaskMigratedException), the
+    thread closes its tasks dirty, takes a new producer and re-processes from the last committed offsets."""
+
+
 class TaskCorruptedError(StreamsError):
     """Exactly-once: a transaction failed and was aborted, so the tasks' local state holds writes that never
     became visible; they are closed dirty, wiped and restored (Kafka Streams' TaskCorruptedException)."""

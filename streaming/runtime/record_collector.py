@@ -25,10 +25,10 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, Message
 
-from streaming.errors import ProductionError, TaskCorruptedError, TaskMigratedError
+from streaming.errors import ProductionError, StreamsError, TaskCorruptedError, TaskMigratedError
 from streaming.runtime.broker_waits import BROKER_WAITS
 from streaming.runtime.error_handlers import PRODUCTION, ErrorContext, fail_always
-from streaming.runtime.streams_producer import StreamsProducer
+from streaming.runtime.streams_producer import StreamsProducer, fatal_error
 from streaming.runtime.transactions import TransactionalProducer
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,16 @@ class KafkaRecordCollector:
         except (TaskMigratedError, TaskCorruptedError):  # exactly-once: the transaction failed, not this record
             raise
         except Exception as exc:
-            raise ProductionError(f"cannot send to topic {topic!r} (partition {partition}): {exc}") from exc
+            raise self._send_failure(exc, topic, partition) from exc
+
+    @staticmethod
+    def _send_failure(exc: Exception, topic: str, partition: int) -> StreamsError:
+        """Why a send raised: the producer failed fatally (at-least-once: not this record's fault, the thread
+        renews the producer), else this record could not be sent."""
+        fatal = fatal_error(exc, f"a send to topic {topic!r}")
+        if fatal is not None:
+            return fatal
+        return ProductionError(f"cannot send to topic {topic!r} (partition {partition}): {exc}")
 
     def _send_when_room(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
                         partition: int) -> None:
@@ -138,7 +147,7 @@ class KafkaRecordCollector:
         except (TaskMigratedError, TaskCorruptedError):  # exactly-once: the transaction failed, not this record
             raise
         except Exception as exc:
-            raise ProductionError(f"cannot send to topic {topic!r} (partition {partition}): {exc}") from exc
+            raise self._send_failure(exc, topic, partition) from exc
         finally:
             self.queue_full_seconds += time.monotonic() - started
 
@@ -176,6 +185,11 @@ class KafkaRecordCollector:
                 if not self._failures:
                     return
                 self._handle_failures()  # dead letters it writes are flushed in the next round
+
+    def renew_producer(self) -> None:
+        """Replace a producer that can send nothing more (fenced, or failed fatally) with a new one."""
+        self.producer.renew()
+        self._produce = self.producer.produce
 
     def discard_failures(self) -> None:
         """Forget failed deliveries not handled yet: their transaction was aborted (exactly-once), and the

@@ -12,7 +12,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 from confluent_kafka.admin import AdminClient
 
 from streaming.config import StreamsConfig
-from streaming.errors import StreamsError, TaskCorruptedError, TaskMigratedError
+from streaming.errors import ProducerFatalError, StreamsError, TaskCorruptedError, TaskMigratedError
 from streaming.metrics.collector import BackpressureSample, TaskSample, ThreadSample
 from streaming.metrics.histogram import Histogram
 from streaming.naming import dead_letter_topic, is_stream_time_topic, store_of_changelog
@@ -61,7 +61,8 @@ class StreamThread(threading.Thread):
     Commits every ``commit.interval.ms`` (or sooner when a processor asks), on revocation, and on a
     clean shutdown. A fatal error stops the thread without committing: uncommitted input is
     re-read by whoever owns the partitions next (at-least-once). Under ``exactly_once_v2`` a failed
-    transaction is recovered from (:meth:`_recover_transaction`) rather than fatal.
+    transaction is recovered from (:meth:`_recover_transaction`) rather than fatal, and so is, under
+    ``at_least_once``, a fatal error of the idempotent producer (:class:`~streaming.errors.ProducerFatalError`).
     """
 
     def __init__(self, name: str, topology: Topology, config: StreamsConfig,
@@ -145,7 +146,7 @@ class StreamThread(threading.Thread):
                 try:
                     self._loop()
                     break
-                except (TaskMigratedError, TaskCorruptedError) as failure:  # only a transactional producer raises them
+                except (TaskMigratedError, TaskCorruptedError) as failure:  # a transactional producer, or a fatal one
                     self._recover_transaction(failure)
             self._finish_join()
             self.tasks.shutdown()
@@ -243,10 +244,22 @@ class StreamThread(threading.Thread):
           error ends the thread) rather than fence the newer one back, which would fence this one again;
         * fenced, without ``instance.name``: no other process shares the transactional id (the broker expired
           the producer): take a new producer and rejoin the group (Kafka Streams' TaskMigratedException).
+
+        Under ``at_least_once`` only :class:`ProducerFatalError` is recovered from, as an aborted transaction is
+        (there is no transaction to abort): the tasks are re-created with a new producer.
         """
         producer = self.collector.producer
-        if not isinstance(producer, TransactionalProducer):  # raised by user code under at_least_once: fatal
-            raise failure
+        if not isinstance(producer, TransactionalProducer):
+            if not isinstance(failure, ProducerFatalError):  # raised by user code under at_least_once: fatal
+                raise failure
+            partitions, task_ids = self._abandon_transaction()
+            self.collector.renew_producer()
+            log.warning("%s: %s. Its tasks %s were closed dirty and their local state wiped; with a new producer "
+                        "they are re-created from the last committed offsets and restored from their changelogs "
+                        "(at-least-once: output after the last commit may be produced twice)", self.name, failure,
+                        task_ids)
+            self._recreate_tasks(partitions)
+            return
         partitions, task_ids = self._abandon_transaction()
         if producer.fenced and not isinstance(failure, TaskMigratedError):
             cause = producer.abort_failure  # the abort names a fencing that a flush could not (a bare SystemError)
@@ -274,6 +287,10 @@ class StreamThread(threading.Thread):
                     "from the last committed offsets and restored from their changelogs", self.name, failure,
                     task_ids)
         producer.begin()
+        self._recreate_tasks(partitions)
+
+    def _recreate_tasks(self, partitions: list[tuple[str, int]]) -> None:
+        """Re-create the tasks of ``partitions`` (closed dirty and wiped) from the last committed offsets."""
         # A failure inside a revocation (its commit) leaves the revoked partitions unassigned: they are someone
         # else's now (and a seek on them fails), so only the partitions still assigned get their tasks back.
         assigned = set(as_pairs(self.consumer.assignment()))

@@ -17,8 +17,9 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from streaming.config import StreamsConfig
+from streaming.errors import ProducerFatalError
 from streaming.runtime.broker_waits import BROKER_WAITS
-from streaming.runtime.transactions import TransactionalProducer, transactional_id
+from streaming.runtime.transactions import TransactionalProducer, kafka_error, transactional_id
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,10 @@ class StreamsProducer(Protocol):
         TaskCorruptedError instead."""
         ...
 
+    def renew(self) -> None:
+        """Replace a producer that can send nothing more (fenced, or failed fatally) with a new one."""
+        ...
+
     def close(self) -> None:
         """Flush what is outstanding (best effort) and release the connections."""
         ...
@@ -64,21 +69,46 @@ class AtLeastOnceProducer:
     """One idempotent confluent-kafka producer; a commit flushes it, then commits the offsets to the group.
 
     Only failed deliveries call back (``delivery.report.only.error``), so the hot path pays nothing per
-    record for acknowledgements; ``on_delivery_error(error, message)`` receives them.
+    record for acknowledgements; ``on_delivery_error(error, message)`` receives them. A fatal error of the
+    idempotent producer surfaces from :meth:`poll` and :meth:`flush` as :class:`ProducerFatalError`, and
+    :meth:`renew` replaces the producer.
     """
 
     def __init__(self, producer_config: dict[str, Any], consumer: Consumer | None,
                  on_delivery_error: Callable[[Any, Any], None]) -> None:
         self._consumer = consumer
-        self.producer = Producer({**producer_config, "delivery.report.only.error": True,
-                                  "on_delivery": on_delivery_error})
+        self._config = {**producer_config, "delivery.report.only.error": True, "on_delivery": on_delivery_error}
+        self.producer = Producer(self._config)
         self.produce = self.producer.produce
 
     def poll(self, timeout: float = 0) -> int:
-        return self.producer.poll(timeout)
+        try:
+            return self.producer.poll(timeout)
+        except (KafkaException, SystemError) as exc:
+            fatal = fatal_error(exc, "poll")
+            if fatal is None:
+                raise
+            raise fatal from exc
 
     def flush(self, timeout: float) -> int:
-        return self.producer.flush(timeout)
+        try:
+            return self.producer.flush(timeout)
+        except (KafkaException, SystemError) as exc:
+            fatal = fatal_error(exc, "flush")
+            if fatal is None:
+                raise
+            raise fatal from exc
+
+    def renew(self) -> None:
+        """Replace a producer that failed fatally with a new one (a new producer id, so new sequence numbers).
+        What the old one still held is dropped unsent: its input is re-processed from the last commit."""
+        old = self.producer
+        try:
+            old.purge()
+        except Exception:  # a fatal producer may refuse even that: it is dropped either way
+            log.debug("purging the failed producer failed", exc_info=True)
+        self.producer = Producer(self._config)
+        self.produce = self.producer.produce
 
     def begin(self) -> None:
         """Nothing to begin: at-least-once sends are not grouped."""
@@ -112,6 +142,16 @@ class AtLeastOnceProducer:
             self.producer.close()
         except Exception:  # closing after a failure: nothing more to report
             log.debug("producer close failed", exc_info=True)
+
+
+def fatal_error(exc: BaseException, action: str) -> ProducerFatalError | None:
+    """:class:`ProducerFatalError` if ``exc`` is the idempotent producer's fatal error (confluent-kafka raises it
+    from a callback as the cause of a ``SystemError``; ``produce()`` afterwards as ``_FATAL``), else None."""
+    error = kafka_error(exc)
+    if error is None or not (error.fatal() or error.code() == KafkaError._FATAL):
+        return None
+    return ProducerFatalError(f"the producer failed fatally during {action}: {error.str()}; its unacknowledged "
+                              f"records are dropped and re-produced from the last committed offsets")
 
 
 def streams_producer(config: StreamsConfig, consumer: Consumer | None,

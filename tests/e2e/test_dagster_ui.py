@@ -24,6 +24,7 @@ from tests.e2e.chromium import Browser, chromium_path
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
+PORT_TAKEN = "address already in use"  # the webserver's line when its port was taken before it bound it
 
 
 def free_port() -> int:
@@ -37,8 +38,8 @@ def free_port() -> int:
 def wait_for_webserver(url: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"make ui exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        if process.poll() is not None or PORT_TAKEN in log.read_text(errors="replace"):
+            raise AssertionError(f"make ui failed ({process.poll()}):\n{log.read_text()[-3000:]}")
         try:
             with urllib.request.urlopen(f"{url}/server_info", timeout=2) as response:
                 if response.status == 200:
@@ -49,28 +50,45 @@ def wait_for_webserver(url: str, process: subprocess.Popen[bytes], log: Path, ti
     raise AssertionError(f"the Dagster UI did not answer on {url} within {timeout} s:\n{log.read_text()[-3000:]}")
 
 
-@pytest.fixture
-def dagster_ui(tmp_path: Path) -> Iterator[str]:
-    """``make ui`` with a throwaway DAGSTER_HOME on a free port; stopped (its whole process group) after."""
+def start_ui(tmp_path: Path, attempt: int) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """``make ui`` on a port free a moment ago, in its own session (`dagster dev` ignores signals when started
+    from a shell with `&`, so the whole group is stopped)."""
     port = free_port()
-    log = tmp_path / "dagster-ui.log"
+    log = tmp_path / f"dagster-ui-{attempt}.log"
     with open(log, "wb") as out:
-        # `dagster dev` ignores signals when started from a shell with `&`: start it in
-        # its own session and stop the whole group.
         process = subprocess.Popen(["make", "--no-print-directory", "ui", f"DAGSTER_HOME={tmp_path / 'dagster'}",
                                     f"UI_PORT={port}"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True, env={**os.environ, "BROOK_BOOTSTRAP_SERVERS": "127.0.0.1:9"})
-    url = f"http://127.0.0.1:{port}"
+    return process, f"http://127.0.0.1:{port}", log
+
+
+def stop_ui(process: subprocess.Popen[bytes]) -> None:
+    os.killpg(process.pid, signal.SIGTERM)
     try:
-        wait_for_webserver(url, process, log)
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@pytest.fixture
+def dagster_ui(tmp_path: Path) -> Iterator[str]:
+    """``make ui`` with a throwaway DAGSTER_HOME on a free port; stopped (its whole process group) after. The
+    port is free when picked but another process of the suite (a broker, a worker) can take it before the
+    webserver binds it: then the UI is started again on another port (at most 3 tries)."""
+    for attempt in range(3):
+        process, url, log = start_ui(tmp_path, attempt)
+        try:
+            wait_for_webserver(url, process, log)
+            break
+        except AssertionError:
+            stop_ui(process)
+            if attempt == 2 or PORT_TAKEN not in log.read_text(errors="replace"):
+                raise
+    try:
         yield url
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_ui(process)
 
 
 def test_the_asset_graph_shows_compaction_and_archive_assets(dagster_ui: str, record_artifact: Any) -> None:
