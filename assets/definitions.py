@@ -4,7 +4,7 @@ Built from small modules: the platform spec (``platform_spec``, checked against 
 ``app_topologies``), resources (``resources``), the Kafka topics as external assets (``topics``),
 changelog compaction into snapshots (``compaction``), the daily topic archive (``archive``), Great
 Expectations checks on it (``quality``), each app reprocessed in batch over the archive (``reprocess``), the
-schedules (``automation``), the recompute sensor and the daily reprocess schedule (``reprocess.automation``) and
+schedules (``automation``), the changelog-growth compaction sensor (``compaction_growth``), the recompute sensor and the daily reprocess schedule (``reprocess.automation``) and
 a reset job per app (``reset``). Scaling is planned and will join this ``dg.Definitions``.
 """
 
@@ -15,7 +15,8 @@ import dagster as dg
 from assets.app_topologies import check_apps_against_topologies
 from assets.archive.assets import archive_assets
 from assets.automation import automation_schedules
-from assets.compaction import compaction_assets
+from assets.compaction import compaction_asset_key, compaction_assets
+from assets.compaction_growth import growth_sensor
 from assets.platform_spec import find_spec_path, load_platform_spec
 from assets.quality import quality_checks, undecodable_checks
 from assets.reprocess import reprocess_assets, reprocess_checks
@@ -38,7 +39,9 @@ defs = dg.Definitions(
     asset_checks=[*quality_checks(platform_spec), *undecodable_checks(platform_spec), *reprocess_checks(platform_spec)],
     schedules=[*automation_schedules(platform_spec.archive, platform_spec.archive_closing_minutes()),
                *reprocess_schedules],
-    sensors=reprocess_sensors,
+    sensors=[*reprocess_sensors, growth_sensor(platform_spec, {
+        (app_name, store): compaction_asset_key(app_name, store) for topic, (app_name, store_spec)
+        in platform_spec.changelog_topics().items() if (store := store_spec.name)})],
     # Steps of a run share its process, hence one SparkSession (6-15 s to start) for all its Spark
     # assets; Spark parallelizes inside each step, and the `spark` pool keeps runs from overlapping.
     executor=dg.in_process_executor,

@@ -24,6 +24,7 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeFloat,
+    PositiveFloat,
     PositiveInt,
     ValidationError,
     field_validator,
@@ -345,6 +346,16 @@ class ReprocessSpec(_Model):
         return path if path.is_absolute() else repo_root() / path
 
 
+class GrowthSpec(_Model):
+    """When the sensor ``compact_grown_changelogs`` compacts a store between nightly compactions: its changelog
+    grew ``records`` records past the newest snapshot, or ``ratio`` times the snapshot's keys; at most once
+    every ``at_most_every_minutes`` per store."""
+
+    records: PositiveInt = 1_000_000
+    ratio: PositiveFloat = 2.0
+    at_most_every_minutes: PositiveInt = 60
+
+
 class SnapshotsSpec(_Model):
     """Where changelog compaction writes store snapshots (and workers read them), how many to keep, and for how
     long a superseded one is kept anyway (``prune_grace_minutes``).
@@ -360,6 +371,8 @@ class SnapshotsSpec(_Model):
     """A snapshot past ``keep`` is deleted only once the snapshot after it is this old: a worker that picked it as
     the newest may still be loading it (a worker that loses it mid-load falls back to an older snapshot or the
     whole changelog, but never runs on a short one)."""
+    growth: GrowthSpec = Field(default_factory=GrowthSpec)
+    """Compaction between the nightly ones, for a changelog that grew fast (``assets.compaction_growth``)."""
 
     def resolved_location(self, root: Path) -> str:
         """``location`` with a relative local path made absolute against ``root``."""
