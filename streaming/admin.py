@@ -21,7 +21,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
-__all__ = ["TopicError", "create_topics", "delete_topics", "partition_counts", "watermarks"]
+__all__ = ["TopicError", "committed_offsets", "create_topics", "delete_topics", "partition_counts", "watermarks"]
 
 logger = logging.getLogger(__name__)
 
@@ -303,3 +303,27 @@ def watermarks(
     finally:
         consumer.close()
     return {tp: (max(bounds[tp][0], 0), ends[tp]) for tp in wanted}
+
+
+def committed_offsets(
+    bootstrap_servers: str,
+    group: str,
+    *,
+    client_config: Mapping[str, Any] | None = None,
+    timeout: float = 30.0,
+) -> dict[tuple[str, int], int]:
+    """The committed offset of every ``(topic, partition)`` consumer group ``group`` committed.
+
+    Raises:
+        TopicError: the broker could not say (names the group and the Kafka error).
+    """
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    admin = _admin(bootstrap_servers, client_config)
+    try:
+        result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
+                                                   request_timeout=timeout)[group].result(timeout)
+    except KafkaException as exc:
+        raise TopicError(f"cannot read the committed offsets of group {group!r}: {exc.args[0].str()}") from None
+    return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
+            if tp.offset >= 0 and tp.error is None}
