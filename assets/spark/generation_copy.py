@@ -38,7 +38,8 @@ from assets.spark.offsets import partition_bounds, reader_consumer, topic_partit
 from assets.spark.options import client_options
 from streaming.runtime.partitioning import partition_for_key
 
-__all__ = ["CopyError", "CopyResult", "PartitionKey", "copy_to_generation", "verify_copy"]
+__all__ = ["CopyError", "CopyResult", "PartitionKey", "copy_to_generation", "produce_to_partitions", "verify_copy",
+           "with_target_partition"]
 
 #: A record's key bytes -> the key bytes whose murmur2 hash decides its partition.
 PartitionKey = Callable[[bytes], bytes]
@@ -87,7 +88,9 @@ def _read(spark: SparkSession, client_config: Mapping[str, str], topic: str, end
             .load())
 
 
-def _with_target_partition(df: DataFrame, partitions: int, partition_key: PartitionKey | None) -> DataFrame:
+def with_target_partition(df: DataFrame, partitions: int, partition_key: PartitionKey | None) -> DataFrame:
+    """``df`` (with ``key`` and ``partition``) plus ``target_partition``: where its key goes among ``partitions``
+    (a record without a key: its old partition modulo ``partitions``)."""
     key_of = partition_key or (lambda key: key)
 
     @F.udf("int")
@@ -118,18 +121,31 @@ def copy_to_generation(spark: SparkSession, *, client_config: Mapping[str, Any],
         raise CopyError(f"topic {target} is not empty ({written_before}): a copy into it already started; delete "
                         f"and re-create it (with {partitions} partitions) before copying {source} again")
     ends = dict(source_ends) if source_ends is not None else {p: end for p, (_, end) in _ends(config, source).items()}
-    records = _with_target_partition(_read(spark, config, source, ends), partitions, partition_key)
-    produce = _producer_of(config, target)
-    counts = (records.repartition(partitions, "target_partition")
-              .sortWithinPartitions("target_partition", "partition", "offset")
+    records = with_target_partition(_read(spark, config, source, ends), partitions, partition_key)
+    written = produce_to_partitions(records, config, target, partitions, order=["partition", "offset"])
+    return CopyResult(source=source, target=target, partitions=partitions, written=written, source_ends=ends,
+                      duration_s=time.monotonic() - started)
+
+
+def produce_to_partitions(rows: DataFrame, client_config: Mapping[str, Any], target: str, partitions: int,
+                          order: list[str]) -> dict[int, int]:
+    """Produce ``rows`` (columns ``target_partition``, ``key``, ``value``, ``timestamp``, ``headers`` and those of
+    ``order``) to ``target``: each target partition by one Spark task, in ``order``, through an idempotent
+    producer that sets the partition. Returns the records written per target partition (all ``partitions``).
+
+    Raises:
+        CopyError: a record was not acknowledged (names the topic, partition and the broker's error).
+    """
+    config = {key: str(value) for key, value in client_config.items()}
+    counts = (rows.repartition(partitions, "target_partition")
+              .sortWithinPartitions("target_partition", *order)
               .select("target_partition", "key", "value", "timestamp", "headers")
-              .mapInArrow(produce, _COUNTS_SCHEMA)
+              .mapInArrow(_producer_of(config, target), _COUNTS_SCHEMA)
               .groupBy("target_partition").agg(F.sum("records").alias("records"))
               .collect())
     written = {p: 0 for p in range(partitions)}
     written.update({int(row.target_partition): int(row.records) for row in counts})
-    return CopyResult(source=source, target=target, partitions=partitions, written=written, source_ends=ends,
-                      duration_s=time.monotonic() - started)
+    return written
 
 
 def _producer_of(config: Mapping[str, str], target: str) -> Callable[[Iterator[pa.RecordBatch]],
@@ -198,7 +214,7 @@ def verify_copy(spark: SparkSession, *, client_config: Mapping[str, Any], result
         key = bytes(first.key) if first is not None and first.key is not None else None
         raise CopyError(f"copy of {result.source} into {result.target} does not match its source: {mismatched} keys "
                         f"differ in records or content (the first: {key!r})")
-    placed = _with_target_partition(target_df.where(F.col("key").isNotNull()), result.partitions, partition_key)
+    placed = with_target_partition(target_df.where(F.col("key").isNotNull()), result.partitions, partition_key)
     misplaced = placed.where(F.col("partition") != F.col("target_partition")).count()
     if misplaced:
         raise CopyError(f"{misplaced} records of {result.target} are not on the partition their key gives for "
