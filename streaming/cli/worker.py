@@ -90,9 +90,8 @@ def spec_generations(settings: dict[str, Any], spec_path: Path | None) -> dict[s
     if found is None:
         return {}
     name, spec = found
-    if spec.topic_generations:
-        log.info("topic generations of app %r from %s: %s", name, path,
-                 ", ".join(spec.generations.describe()) or "every topic at generation 1")
+    if spec.generations.generations:  # the runtime logs each topic's generation next
+        log.info("topic generations of app %r from %s", name, path)
     return dict(spec.topic_generations)
 
 
