@@ -469,6 +469,14 @@ class PlatformSpec(_Model):
                                   f"{first[0]!r} uses it at generation {first[1]}")
         return errors
 
+    def physical_topic(self, topic: str) -> str:
+        """The physical topic that carries the declared topic ``topic`` now: the generation the apps that read or
+        write it give it (they agree, see the validation), else ``topic`` itself."""
+        for app in self.apps.values():
+            if topic in app.inputs or topic in app.outputs:
+                return app.physical_topic(topic)
+        return topic
+
     def app_of(self, application_id: str) -> tuple[str, AppSpec] | None:
         """The app (name, spec) whose application.id is ``application_id``, if the spec declares one."""
         return next(((name, app) for name, app in self.apps.items() if app.application_id == application_id), None)

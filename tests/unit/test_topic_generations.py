@@ -9,10 +9,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from apps.wordcount import topology as wordcount_topology
 from assets.platform_spec import PlatformSpec, find_spec_path
+from assets.topics import topic_asset_specs
 from streaming import Serdes, StreamsBuilder
 from streaming.config import StreamsConfig
 from streaming.errors import ConfigError, TopologyError
+from streaming.reset.topics import classify_topics
 from streaming.runtime.internal_topics import internal_topic_specs, logical_topics
 from streaming.runtime.kafka_streams import KafkaStreams
 from streaming.runtime.stream_time import stream_time_topics
@@ -152,3 +155,26 @@ def test_two_apps_must_agree_on_the_generation_of_a_topic_they_share() -> None:
     with pytest.raises(ValidationError, match="app 'wordcount2': topic 'wordcount-lines' is at generation 2, but "
                                               "app 'wordcount' uses it at generation 1"):
         PlatformSpec.model_validate(raw)
+
+
+def test_a_reset_at_a_generation_moves_its_inputs_and_recreates_its_internal_topics() -> None:
+    generations = TopicGenerations({"wordcount-lines": 2, "wordcount-words": 2, "wc-1-stream-time": 2,
+                                    "wc-word-counts-changelog": 2, "wc-word-counts-pending-changelog": 2})
+    topology = wordcount_topology().bind("wc", generations)
+    roles = classify_topics(topology, "wc", {"wordcount-lines.v2": 6, "wordcount-words.v2": 6, "wordcount-counts": 4})
+    assert (roles.inputs, roles.intermediates, roles.outputs) == (
+        ("wordcount-lines.v2",), ("wordcount-words.v2",), ("wordcount-counts",))
+    assert [(t.name, t.partitions) for t in roles.internal] == [
+        ("wc-1-stream-time.v2", 6), ("wc-word-counts-changelog.v2", 6), ("wc-word-counts-pending-changelog.v2", 6)]
+
+
+def test_topic_assets_keep_logical_keys_and_name_the_generation_that_carries_them() -> None:
+    spec = _spec_with({"wordcount-words": 2, "wordcount-word-counts-changelog": 2})
+    metadata = {spec.key.path[-1]: spec.metadata for spec in topic_asset_specs(spec)}
+    assert metadata["wordcount-words"]["physical_topic"] == "wordcount-words.v2"
+    assert metadata["wordcount-lines"]["physical_topic"] == "wordcount-lines"
+    assert metadata["wordcount-word-counts-changelog"]["physical_topic"] == "wordcount-word-counts-changelog.v2"
+    assert metadata["wordcount-word-counts-pending-changelog"]["physical_topic"] == \
+        "wordcount-word-counts-pending-changelog"
+    assert spec.physical_topic("wordcount-words") == "wordcount-words.v2"
+    assert spec.physical_topic("orders") == "orders"
