@@ -120,6 +120,7 @@ class StreamTask:
         self.wall_clock_refused: str | None = None
         self._collector = collector
         self._topology = topology
+        self.generations = topology.generations  # context.topic() names the logical topic
         self._processors: list[tuple[str, Any]] = []
         self.sink_topics = {node.topic for node in subtopology.nodes if isinstance(node, SinkNodeDef)}
         self._emits: dict[str, Emit] = {}

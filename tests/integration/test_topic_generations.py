@@ -1,7 +1,8 @@
 """A worker runs an app at its topics' new generation (partition scaling's migrate mode, issue 18): ``brook worker
 run`` reads the app's ``topic_generations`` from the platform spec, reads ``in.v2``, writes and restores the
 changelog ``...-counts-changelog.v2`` (and the stream-time topic ``...-0-stream-time.v2``), creates them with the new
-generation's partition count, and leaves every generation-1 topic as it was."""
+generation's partition count, and leaves every generation-1 topic as it was. A repartition topic has generations
+too, and processors see the logical topic names."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from streaming import Serdes
+from streaming import KafkaStreams, Serdes, StreamsBuilder
 from streaming.admin import create_topics, partition_counts
+from streaming.processor import Processor, ProcessorContext, Record
 from streaming.testing.generators import GeneratedRecord
 from streaming.testing.kafka import committed_offsets, produce, read_topic, wait_for
 from streaming.testing.workers import stop_workers
@@ -118,3 +120,38 @@ def test_a_worker_reads_writes_and_restores_the_generation_the_spec_names(
         >= len(KEYS)  # at least one value per key (the cache may have folded a key's updates into one)
     assert partition_counts(bootstrap, [changelog, stream_time]) == {changelog: None, stream_time: None}
     assert set(latest_counts(bootstrap, sink)) == set(KEYS)  # nothing of generation 1 was ever processed
+
+
+class TopicOf(Processor[str, str]):
+    """Forwards where each record came from, as the processor sees it."""
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def process(self, record: Record[str, str]) -> None:
+        self.context.forward(record.with_value({"topic": self.context.topic, "partition": self.context.partition}))
+
+
+def test_repartition_topics_have_generations_and_processors_see_logical_topic_names(
+        bootstrap: str, unique_name: str) -> None:
+    app_id, source, sink = unique_name, f"{unique_name}-in", f"{unique_name}-out"
+    repartition = f"{app_id}-moved-repartition"
+    create_topics(bootstrap, {source: OLD_PARTITIONS, f"{source}.v2": NEW_PARTITIONS, sink: 1})
+    produce(bootstrap, f"{source}.v2", records(KEYS, 1, 0), Serdes.String(), Serdes.String())
+    builder = StreamsBuilder()
+    builder.stream(source, key_serde=Serdes.String(), value_serde=Serdes.String()).repartition(name="moved") \
+        .process_values(TopicOf).to(sink, value_serde=Serdes.Json())
+    streams = KafkaStreams(builder.build(), {
+        "application.id": app_id, "bootstrap.servers": bootstrap, "commit.interval.ms": 200,
+        "topic.generations": {source: 2, repartition: 3}})
+    streams.start()
+    try:
+        wait_for(lambda: len(read_topic(bootstrap, sink, Serdes.String(), Serdes.Json(), 1)) == len(KEYS), 90,
+                 "every record through the repartition topic")
+    finally:
+        assert streams.close(30)
+    assert streams.exception is None
+    assert {r.value["topic"] for r in read_topic(bootstrap, sink, Serdes.String(), Serdes.Json(), 1)} == {repartition}
+    assert partition_counts(bootstrap, [f"{repartition}.v3", repartition]) == {
+        f"{repartition}.v3": NEW_PARTITIONS, repartition: None}
+    assert len(read_topic(bootstrap, f"{repartition}.v3", Serdes.String(), Serdes.String(), NEW_PARTITIONS)) == len(KEYS)
