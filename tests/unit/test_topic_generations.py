@@ -166,6 +166,9 @@ def test_a_reset_at_a_generation_moves_its_inputs_and_recreates_its_internal_top
         ("wordcount-lines.v2",), ("wordcount-words.v2",), ("wordcount-counts",))
     assert [(t.name, t.partitions) for t in roles.internal] == [
         ("wc-1-stream-time.v2", 6), ("wc-word-counts-changelog.v2", 6), ("wc-word-counts-pending-changelog.v2", 6)]
+    only = classify_topics(topology, "wc", {"wordcount-lines.v2": 6, "wordcount-words.v2": 6},
+                           only_internal=["wc-word-counts-changelog", "wc-1-stream-time.v2"])
+    assert [t.name for t in only.internal] == ["wc-1-stream-time.v2", "wc-word-counts-changelog.v2"]
 
 
 def test_topic_assets_keep_logical_keys_and_name_the_generation_that_carries_them() -> None:
