@@ -83,6 +83,11 @@ class TopicGenerations:
         stays itself)."""
         return self._logical.get(physical, physical)
 
+    def label(self, physical: str) -> str:
+        """``physical`` for messages: ``orders.v2 (generation 2 of orders)``, or the name alone at generation 1."""
+        logical = self.logical(physical)
+        return physical if logical == physical else f"{physical} (generation {self._generations[logical]} of {logical})"
+
     def changelog(self, application_id: str, store: str) -> str:
         """The physical changelog of ``store``."""
         return self.physical(changelog_topic(application_id, store))

@@ -483,11 +483,12 @@ class KafkaStreams:
         metadata = cluster_metadata(self.config.admin_config(), timeout)
         counts = {name: len(t.partitions) for name, t in metadata.topics.items() if t.error is None}
         internal = self.topology.internal_topics
-        missing = [t for t in self.topology.source_topics if t not in counts and t not in internal]
+        label = self.topology.generations.label
+        missing = [label(t) for t in self.topology.source_topics if t not in counts and t not in internal]
         if missing:
             raise MissingSourceTopicError(
                 f"source topics {missing} do not exist on {self.config['bootstrap.servers']}; create them first")
-        missing_sinks = [t for t in self.topology.sink_topics if t not in counts and t not in internal]
+        missing_sinks = [label(t) for t in self.topology.sink_topics if t not in counts and t not in internal]
         if missing_sinks:
             raise MissingSourceTopicError(
                 f"output topics {missing_sinks} do not exist on {self.config['bootstrap.servers']}; create them first")

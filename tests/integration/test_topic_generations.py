@@ -17,10 +17,12 @@ import pytest
 
 from streaming import KafkaStreams, Serdes, StreamsBuilder
 from streaming.admin import create_topics, partition_counts
+from streaming.errors import MissingSourceTopicError
 from streaming.processor import Processor, ProcessorContext, Record
 from streaming.testing.generators import GeneratedRecord
 from streaming.testing.kafka import committed_offsets, produce, read_topic, wait_for
 from streaming.testing.workers import stop_workers
+from tests.integration.workloads import counting
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,3 +157,15 @@ def test_repartition_topics_have_generations_and_processors_see_logical_topic_na
     assert partition_counts(bootstrap, [f"{repartition}.v3", repartition]) == {
         f"{repartition}.v3": NEW_PARTITIONS, repartition: None}
     assert len(read_topic(bootstrap, f"{repartition}.v3", Serdes.String(), Serdes.String(), NEW_PARTITIONS)) == len(KEYS)
+
+
+def test_a_missing_generation_is_named_with_its_logical_topic(bootstrap: str, unique_name: str,
+                                                              tmp_path: Path) -> None:
+    source, sink = f"{unique_name}-in", f"{unique_name}-out"
+    create_topics(bootstrap, {source: OLD_PARTITIONS, sink: 1})  # generation 1 only
+    streams = KafkaStreams(counting.topology(source, sink), {
+        "application.id": unique_name, "bootstrap.servers": bootstrap, "state.dir": str(tmp_path),
+        "topic.generations": {source: 2}})
+    with pytest.raises(MissingSourceTopicError, match=re.escape(f"['{source}.v2 (generation 2 of {source})']")):
+        streams.start()
+    assert partition_counts(bootstrap, [f"{unique_name}-counts-changelog"]) == {f"{unique_name}-counts-changelog": None}

@@ -35,6 +35,8 @@ def test_generation_one_is_the_logical_name_and_n_is_dot_v_n() -> None:
     assert generations.stream_time(APP, 0) == f"{APP}-0-stream-time"
     assert generations.logical("orders.v2") == "orders"
     assert generations.logical("clicks.v2") == "clicks.v2"  # a user's topic of that name, not a generation
+    assert generations.label("orders.v2") == "orders.v2 (generation 2 of orders)"
+    assert generations.label("users") == "users"
     assert generations.describe() == [f"{APP}-counts-changelog -> {APP}-counts-changelog.v3", "orders -> orders.v2"]
     assert TopicGenerations({"orders": 1}) == TopicGenerations() == TopicGenerations(None)
 
