@@ -1,5 +1,6 @@
 """InternalTopicManager: creates the topics the runtime owns — changelogs, repartition topics, the stream-time
-topics of stateful sub-topologies and the dead-letter topic."""
+topics of stateful sub-topologies and the dead-letter topic. Each by its physical name: at the generation the
+topology is bound with (:mod:`streaming.topic_generations`; the dead-letter topic has none)."""
 
 from __future__ import annotations
 

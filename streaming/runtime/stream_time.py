@@ -223,7 +223,8 @@ def keeps_stream_time(topology: Topology, subtopology: Subtopology) -> bool:
 
 
 def stream_time_topics(topology: Topology, application_id: str) -> dict[int, str]:
-    """The stream-time topic of every sub-topology that keeps one, by sub-topology id."""
+    """The stream-time topic of every sub-topology that keeps one, by sub-topology id (its physical name, at the
+    generation ``topology`` is bound with)."""
     return {sub.id: topology.generations.stream_time(application_id, sub.id) for sub in topology.subtopologies()
             if keeps_stream_time(topology, sub)}
 
