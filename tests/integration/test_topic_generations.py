@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -169,3 +170,29 @@ def test_a_missing_generation_is_named_with_its_logical_topic(bootstrap: str, un
     with pytest.raises(MissingSourceTopicError, match=re.escape(f"['{source}.v2 (generation 2 of {source})']")):
         streams.start()
     assert partition_counts(bootstrap, [f"{unique_name}-counts-changelog"]) == {f"{unique_name}-counts-changelog": None}
+
+
+def test_interactive_queries_find_keys_in_the_partitions_of_the_generation(bootstrap: str, unique_name: str,
+                                                                            tmp_path: Path) -> None:
+    source, sink = f"{unique_name}-in", f"{unique_name}-out"
+    create_topics(bootstrap, {source: OLD_PARTITIONS, f"{source}.v2": NEW_PARTITIONS, sink: 1})
+    produce(bootstrap, f"{source}.v2", records(KEYS, 2, 0), Serdes.String(), Serdes.String())
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        server = f"127.0.0.1:{sock.getsockname()[1]}"
+    streams = KafkaStreams(counting.topology(source, sink), {
+        "application.id": unique_name, "bootstrap.servers": bootstrap, "state.dir": str(tmp_path),
+        "commit.interval.ms": 200, "application.server": server,
+        "topic.generations": {source: 2, f"{unique_name}-counts-changelog": 2, f"{unique_name}-0-stream-time": 2}})
+    streams.start()
+    try:
+        wait_for(lambda: latest_counts(bootstrap, sink) == dict.fromkeys(KEYS, 2), 90, "every key counted twice")
+        partition_of = {r.key: r.value["partition"] for r in read_topic(bootstrap, sink, Serdes.String(),
+                                                                         Serdes.Json(), 1)}
+        assert len(set(partition_of.values())) > OLD_PARTITIONS  # the keys spread over generation 2's partitions
+        for key in KEYS:
+            metadata = streams.metadata_for_key("counts", key)
+            assert (metadata.active_host, metadata.partition) == (server, partition_of[key])
+            assert streams.query("counts", key) == 2
+    finally:
+        assert streams.close(30)
