@@ -89,16 +89,16 @@ def test_binding_gives_every_topic_its_generation_and_internal_topics_their_phys
     repartition = next(t for t in logical if t.endswith("-repartition"))
     stream_time = next(t for t in logical if t.endswith("-stream-time"))
     assert logical == {"in", "out", "ref", repartition, f"{APP}-counts-changelog", stream_time}
-    generations = TopicGenerations({"in": 2, repartition: 2, f"{APP}-counts-changelog": 2, stream_time: 2})
+    generations = TopicGenerations({"in": 2, repartition: 2, f"{APP}-counts-changelog": 2, stream_time: 2, "ref": 2})
     bound = _counting().bind(APP, generations)
     assert bound.generations is generations
     assert set(bound.source_topics) == {"in.v2", f"{repartition}.v2"}
     assert bound.sink_topics == sorted(["out", f"{repartition}.v2"])
     assert bound.internal_topics == {f"{repartition}.v2"}
-    assert bound.global_stores["ref-store"].topic == "ref"
+    assert bound.global_stores["ref-store"].topic == "ref.v2"
     assert logical_topics(bound, APP) == logical  # the names the map is keyed by stay the logical ones
     assert set(stream_time_topics(bound, APP).values()) == {f"{stream_time}.v2"}
-    specs = internal_topic_specs(bound, APP, {"in.v2": 4, "out": 1, "ref": 1})
+    specs = internal_topic_specs(bound, APP, {"in.v2": 4, "out": 1, "ref.v2": 1})
     assert {name: (spec.kind, spec.partitions) for name, spec in specs.items()} == {
         f"{repartition}.v2": ("repartition", 4), f"{APP}-counts-changelog.v2": ("changelog", 4),
         f"{stream_time}.v2": ("stream-time", 4)}
