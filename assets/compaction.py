@@ -68,21 +68,23 @@ def _compaction_asset(app_name: str, app: AppSpec, store: StoreSpec) -> dg.Asset
 
         spec = platform.spec()
         client_config = kafka.client_config()
+        # The asset is named by the logical changelog; its records are in the generation the spec names now.
+        physical = spec.apps[app_name].physical_changelog(store.name)
         if config.truncate:
             cluster = spec.cluster()
             refusal = delete_records_refusal(client_config, cluster=_cluster_name(spec),
                                              declared_embedded=cluster.embedded)
             if refusal:
-                raise dg.Failure(f"truncate of changelog {changelog} refused, nothing was compacted: {refusal}")
+                raise dg.Failure(f"truncate of changelog {physical} refused, nothing was compacted: {refusal}")
         location = spec.snapshots.resolved_location(repo_root())
         result = compact_changelog(pyspark.spark_session, client_config=client_config, location=location,
                                    application_id=app.application_id, store=store.name,
-                                   changelog_topic=changelog, keep=spec.snapshots.keep,
+                                   changelog_topic=physical, keep=spec.snapshots.keep,
                                    prune_grace_s=spec.snapshots.prune_grace_minutes * 60)
         manifest = result.manifest
         for skipped, why in result.skipped.items():
-            context.log.error(f"snapshot {skipped} of {changelog} is damaged and was not continued: {why}")
-        context.log.info(f"snapshot {manifest.snapshot_id} of {changelog}: {manifest.records_read} records read, "
+            context.log.error(f"snapshot {skipped} of {physical} is damaged and was not continued: {why}")
+        context.log.info(f"snapshot {manifest.snapshot_id} of {physical}: {manifest.records_read} records read, "
                          f"{result.previous_keys} rows of snapshot {manifest.previous or 'none'} merged, "
                          f"{manifest.keys} keys kept, in {manifest.duration_s:.1f} s -> {result.snapshot_uri}")
         metadata: dict[str, object] = {
@@ -93,6 +95,7 @@ def _compaction_asset(app_name: str, app: AppSpec, store: StoreSpec) -> dg.Asset
             "previous_keys": result.previous_keys,
             "previous_rows_per_partition": {str(p): n for p, n in sorted(result.base_rows.items())},
             "skipped_damaged_snapshots": result.skipped,
+            "changelog_physical_topic": physical,
             "changelog_topic_id": manifest.store_identity.changelog_id,
             "keys_kept": manifest.keys,
             "dagster/row_count": manifest.keys,
@@ -105,7 +108,7 @@ def _compaction_asset(app_name: str, app: AppSpec, store: StoreSpec) -> dg.Asset
         }
         if config.truncate:
             # Below the oldest snapshot kept, not the new one: a restore may still be reading an older one.
-            low = truncate_changelog(client_config, changelog, kept_next_offsets(location, app.application_id,
+            low = truncate_changelog(client_config, physical, kept_next_offsets(location, app.application_id,
                                                                                  store.name))
             metadata["truncated_below"] = {str(p): o for p, o in sorted(low.items())}
         return dg.MaterializeResult(metadata=metadata)

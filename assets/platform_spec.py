@@ -26,11 +26,14 @@ from pydantic import (
     NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
+    StrictInt,
     ValidationError,
     field_validator,
     model_validator,
 )
 
+from streaming.naming import changelog_topic
+from streaming.topic_generations import TopicGenerations
 from streaming.yaml_files import DuplicateKeyError, load_yaml
 
 __all__ = [
@@ -189,10 +192,43 @@ class AppSpec(_Model):
     stores: list[StoreSpec] = Field(default_factory=list)
     co_partitioned: list[list[str]] = Field(default_factory=list)
     """Groups of input topics that must have equal partition counts (joined by key)."""
+    topic_generations: dict[str, StrictInt] = Field(default_factory=dict)
+    """Partition scaling: ``{logical topic: generation}`` for the app's topics that moved to a new generation
+    (``orders: 2`` -> ``orders.v2``; :mod:`streaming.topic_generations`): its inputs and outputs, and its internal
+    topics by their logical names (``<application_id>-<store>-changelog``, ``...-repartition``,
+    ``<application_id>-<n>-stream-time``). A topic not named is at generation 1 (its logical name). Written by the
+    scaling job; ``brook worker run`` hands it to the runtime as config key ``topic.generations``."""
 
     def changelog_topic(self, store: str) -> str:
-        """``<application_id>-<store>-changelog``, as Kafka Streams names it."""
-        return f"{self.application_id}-{store}-changelog"
+        """``<application_id>-<store>-changelog``, as Kafka Streams names it (the logical name)."""
+        return changelog_topic(self.application_id, store)
+
+    @property
+    def generations(self) -> TopicGenerations:
+        """The resolver from the app's logical topics to their physical generations."""
+        return TopicGenerations(self.topic_generations)
+
+    def physical_topic(self, logical: str) -> str:
+        """The physical topic that carries the app's logical topic ``logical`` now."""
+        return self.generations.physical(logical)
+
+    def physical_changelog(self, store: str) -> str:
+        """The physical changelog topic of ``store`` now."""
+        return self.generations.changelog(self.application_id, store)
+
+    def generation_problems(self, name: str) -> list[str]:
+        """One line per bad ``topic_generations`` entry, naming app ``name`` and the topic: not a legal map, a
+        topic without generations (metadata, epoch, dead letters), or a topic that is neither the app's input or
+        output nor one of its internal topics (``<application_id>-...``)."""
+        try:
+            self.generations.check_application(self.application_id)
+        except (ValueError, TypeError) as exc:
+            return [f"app {name!r}: topic_generations: {str(exc).removeprefix(f'application {self.application_id!r}: ')}"]
+        own = {*self.inputs, *self.outputs}
+        return [f"app {name!r}: topic_generations names {topic!r}, which is neither an input or output of the app "
+                f"nor one of its internal topics ({self.application_id}-...)"
+                for topic in self.topic_generations
+                if topic not in own and not topic.startswith(f"{self.application_id}-")]
 
 
 QualityCheck = Literal["not_null", "range", "unique", "absent", "freshness", "row_count"]
@@ -419,6 +455,8 @@ class PlatformSpec(_Model):
                 counts = {t: self.topics[t].partitions for t in group if t in self.topics}
                 if len(set(counts.values())) > 1:
                     errors.append(f"app {name!r}: co-partitioned topics differ in partition count: {counts}")
+            errors.extend(app.generation_problems(name))
+        errors.extend(self._generation_conflicts())
         if self.quality and self.archive is None:
             errors.append("quality rules check the topics' archive: add an archive section (start_date at least)")
         if self.reprocess is not None and self.archive is None:
@@ -430,6 +468,31 @@ class PlatformSpec(_Model):
         if errors:
             raise ValueError("; ".join(errors))
         return self
+
+    def _generation_conflicts(self) -> list[str]:
+        """A declared topic that two apps read or write must be at the same generation in both."""
+        seen: dict[str, tuple[str, int]] = {}
+        errors = []
+        for name, app in self.apps.items():
+            for topic in dict.fromkeys([*app.inputs, *app.outputs]):
+                generation = app.topic_generations.get(topic, 1)
+                first = seen.setdefault(topic, (name, generation))
+                if first[1] != generation:
+                    errors.append(f"app {name!r}: topic {topic!r} is at generation {generation}, but app "
+                                  f"{first[0]!r} uses it at generation {first[1]}")
+        return errors
+
+    def physical_topic(self, topic: str) -> str:
+        """The physical topic that carries the declared topic ``topic`` now: the generation the apps that read or
+        write it give it (they agree, see the validation), else ``topic`` itself."""
+        for app in self.apps.values():
+            if topic in app.inputs or topic in app.outputs:
+                return app.physical_topic(topic)
+        return topic
+
+    def app_of(self, application_id: str) -> tuple[str, AppSpec] | None:
+        """The app (name, spec) whose application.id is ``application_id``, if the spec declares one."""
+        return next(((name, app) for name, app in self.apps.items() if app.application_id == application_id), None)
 
     def cluster(self, name: str | None = None) -> ClusterSpec:
         """The named cluster, else ``$BROOK_CLUSTER``, else ``default_cluster``."""

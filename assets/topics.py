@@ -1,5 +1,8 @@
 """External asset specs for the Kafka topics the platform spec declares.
 
+Asset keys are logical topic names (``kafka/orders``); the metadata's ``physical_topic`` names the generation that
+carries the topic now (partition scaling, :mod:`streaming.topic_generations`).
+
 The stream workers write these topics, not Dagster, so they are ``dg.AssetSpec``s (external assets):
 they show up in the asset graph with their partitions, configs and lineage (an app's outputs depend
 on its inputs; a changelog depends on the topic its store is partitioned by). Materializing assets
@@ -51,6 +54,7 @@ def topic_asset_specs(spec: PlatformSpec) -> list[dg.AssetSpec]:
             deps=[topic_asset_key(t) for t in sorted(upstream.get(name, ()))],
             metadata={
                 "topic": name,
+                "physical_topic": spec.physical_topic(name),
                 "partitions": topic.partitions,
                 "key": topic.key,
                 "value": topic.value,
@@ -73,6 +77,7 @@ def topic_asset_specs(spec: PlatformSpec) -> list[dg.AssetSpec]:
                 deps=[topic_asset_key(store.partitions_from)],
                 metadata={
                     "topic": changelog,
+                    "physical_topic": spec.apps[app_name].physical_changelog(store.name),
                     "partitions": partitions[changelog],
                     "app": app_name,
                     "store": store.name,

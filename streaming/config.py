@@ -24,6 +24,7 @@ from streaming.runtime.error_handlers import resolve_handler  # depends on strea
 from streaming.runtime.task_timeouts import DEFAULT_TASK_TIMEOUT_MS  # depends on streaming.errors only
 from streaming.serdes import Serde, resolve_serde
 from streaming.timestamps import RecordTimestampExtractor, TimestampExtractor, resolve_extractor
+from streaming.topic_generations import check_generations
 
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE_V2 = "exactly_once_v2"
@@ -220,6 +221,10 @@ KEYS: dict[str, _Key] = {
     "poll.ms": _Key(_int(0), 100),
     # Prometheus /metrics on this port, every interface (0: not served; KafkaStreams.metrics_registry still works).
     "metrics.port": _Key(_port, 0),
+    # Partition scaling's topic generations ({logical topic: generation}; absent: generation 1, the logical name):
+    # the physical topic the runtime reads and writes for each key-partitioned topic, internal ones included
+    # (streaming/topic_generations.py). `brook worker run` sets it from platform.yaml's `topic_generations`.
+    "topic.generations": _Key(check_generations, {}),
 }
 
 

@@ -65,7 +65,8 @@ def _archive_asset(spec: PlatformSpec, archive_spec: ArchiveSpec, topic: str) ->
             raise dg.Failure(f"topic {topic!r} or the archive section is no longer in the platform spec "
                              f"{platform.path}: reload the code location")
         archived = archive_day(pyspark.spark_session, kafka.client_config(), topic, current.topics[topic],
-                               current.archive, partition_day(context.partition_key))
+                               current.archive, partition_day(context.partition_key),
+                               physical_topic=current.physical_topic(topic))
         context.log.info(f"archived {archived.rows} records of {topic} for {archived.day} "
                          f"({archived.undecodable} undecodable) to {archived.path} in {archived.seconds:.1f} s")
         return dg.MaterializeResult(metadata=_metadata(archived))

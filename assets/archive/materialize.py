@@ -218,8 +218,12 @@ def _reports(ranges: dict[int, DayRange], stats: dict[int, dict[str, Any]]) -> d
 
 
 def archive_day(spark: SparkSession, client_config: dict[str, Any], topic: str, spec: TopicSpec,
-                archive: ArchiveSpec, day: date) -> ArchivedDay:
+                archive: ArchiveSpec, day: date, physical_topic: str | None = None) -> ArchivedDay:
     """Archive ``topic``'s records with a timestamp in ``day`` (UTC) to ``<archive>/<topic>/date=<day>``.
+
+    ``physical_topic``: the topic generation that carries ``topic`` now (partition scaling; default ``topic``
+    itself). The archive keeps the logical name; its ``topic``, ``partition`` and ``offset`` columns say where in
+    Kafka each record was read, so they name the physical topic.
 
     Raises:
         ArchiveError: a record read is further out of order than the topic's disorder bound (its own
@@ -233,10 +237,11 @@ def archive_day(spark: SparkSession, client_config: dict[str, Any], topic: str, 
     root = archive.root()
     day_start_ms = _day_start_ms(day)
     bound_minutes = spec.disorder_bound_minutes(archive)
-    ranges = _find_ranges(client_config, topic, day_start_ms, bound_minutes * 60_000)
-    log.info("archive %s %s: offsets %s", topic, day, {p: (r.start, r.end) for p, r in ranges.items()})
+    source = physical_topic or topic
+    ranges = _find_ranges(client_config, source, day_start_ms, bound_minutes * 60_000)
+    log.info("archive %s %s: offsets of %s %s", topic, day, source, {p: (r.start, r.end) for p, r in ranges.items()})
 
-    decoded = _read_decoded(spark, client_config, topic, spec, ranges).persist(StorageLevel.MEMORY_AND_DISK)
+    decoded = _read_decoded(spark, client_config, source, spec, ranges).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         stats = _partition_stats(decoded, day_start_ms)
         _verify_disorder(topic, day, stats, bound_minutes)

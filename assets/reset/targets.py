@@ -19,8 +19,9 @@ PLAN_DIR = Path(".brook/resets")
 
 @dataclass(frozen=True)
 class ResetTarget:
-    """An app of the spec, ready to reset: its name, ``application.id``, topology (bound to it) and the snapshot
-    location of the spec (resolved against the checkout)."""
+    """An app of the spec, ready to reset: its name, ``application.id``, topology (bound to it and to the app's topic
+    generations, so a reset moves the offsets and re-creates the internal topics of the current generation) and the
+    snapshot location of the spec (resolved against the checkout)."""
 
     name: str
     application_id: str
@@ -33,7 +34,8 @@ def reset_target(spec: PlatformSpec, name: str) -> ResetTarget:
     if name not in spec.apps:
         raise PlatformSpecError(f"no app {name!r} in the platform spec (apps: {', '.join(sorted(spec.apps))})")
     app = spec.apps[name]
-    return ResetTarget(name, app.application_id, load_app_topology(name, app).bind(app.application_id),
+    return ResetTarget(name, app.application_id,
+                       load_app_topology(name, app).bind(app.application_id, app.generations),
                        spec.snapshots.resolved_location(repo_root()))
 
 

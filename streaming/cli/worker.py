@@ -23,7 +23,7 @@ import yaml
 
 from streaming.cli.logs import LOG_FORMATS, configure_logging, logs_json, set_log_fields
 from streaming.cli.progress import RestoreProgressBar
-from streaming.config import is_config_key
+from streaming.config import StreamsConfig, is_config_key
 from streaming.config_sources import environment_config
 from streaming.errors import StreamsError
 from streaming.topology import Topology
@@ -74,6 +74,27 @@ def load_config(path: Path | None, overrides: list[str]) -> dict[str, Any]:
     return config
 
 
+def spec_generations(settings: dict[str, Any], spec_path: Path | None) -> dict[str, int]:
+    """The topic generations the platform spec gives the app whose ``application.id`` the worker runs: its
+    ``topic_generations`` (empty when the spec does not declare the app, or when no spec file exists and none was
+    asked for). A spec that does not load is an error: a worker must not guess the generations of a scaled app."""
+    from assets.platform_spec import PlatformSpecError, find_spec_path, load_platform_spec
+
+    path = spec_path or find_spec_path()
+    if spec_path is None and not path.is_file():
+        return {}
+    try:
+        found = load_platform_spec(path).app_of(StreamsConfig(settings).application_id)
+    except PlatformSpecError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--platform-spec") from None
+    if found is None:
+        return {}
+    name, spec = found
+    if spec.generations.generations:  # the runtime logs each topic's generation next
+        log.info("topic generations of app %r from %s", name, path)
+    return dict(spec.topic_generations)
+
+
 @app.command()
 def run(
     topology: Annotated[str, typer.Argument(help="MODULE:FACTORY giving the Topology, e.g. apps.wordcount:topology")],
@@ -88,6 +109,10 @@ def run(
         "--instance-name", help="A name this worker keeps across restarts (config key instance.name): stable "
                                 "transactional ids under exactly_once_v2, and static group membership with "
                                 "--set static.membership=true")] = None,
+    platform_spec: Annotated[Path | None, typer.Option(
+        "--platform-spec", envvar="BROOK_PLATFORM_SPEC", dir_okay=False,
+        help="The platform spec whose topic_generations (of the app with this application.id) name the physical "
+             "topics; default ./platform/platform.yaml, else the checkout's. Config key topic.generations wins")] = None,
 ) -> None:
     """Run one worker: join the group, process, and stop cleanly on SIGTERM/SIGINT."""
     from streaming.runtime.kafka_streams import KafkaStreams, State
@@ -102,6 +127,8 @@ def run(
     if instance_name is not None:
         settings["instance.name"] = instance_name
     try:
+        if "topic.generations" not in settings:
+            settings["topic.generations"] = spec_generations(settings, platform_spec)
         streams = KafkaStreams(load_topology(topology), settings)
     except StreamsError as exc:
         typer.echo(f"error: {exc}", err=True)

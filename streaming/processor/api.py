@@ -149,6 +149,9 @@ class ProcessorContext:
 
     @property
     def topic(self) -> str | None:
+        """The topic of the record being processed, as the topology names it (the logical topic, also when the
+        app runs at a later generation of it, see ``streaming.topic_generations``; ``partition`` and ``offset``
+        are those of the physical topic that carries it). None in a punctuation."""
         raise NotImplementedError
 
     @property

@@ -198,7 +198,7 @@ def make_plan(topology: Topology, application_id: str, client_config: Mapping[st
     now = int(time.time() * 1000) if now_ms is None else now_ms
     time_ms = position.time_ms(now)
     config = dict(client_config)
-    topology = topology.bind(application_id)
+    topology = topology.bind(application_id, topology.generations)  # a bound topology keeps its generations
     metadata = cluster_metadata(config).topics
     counts = {name: len(t.partitions) for name, t in metadata.items() if t.error is None}
     roles = classify_topics(topology, application_id, counts, dead_letters=dead_letters, only_internal=only_internal)

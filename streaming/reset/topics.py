@@ -68,7 +68,7 @@ def classify_topics(topology: Topology, application_id: str, counts: dict[str, i
     """The topics of ``topology`` (bound to ``application_id``) by role, sized from ``counts`` (partition counts of
     the cluster's topics). ``dead_letters``: the dead-letter topic and its replay ledger are deleted too.
     ``only_internal``: delete only these internal topics (Kafka Streams' ``--internal-topics``: a subset of the
-    app's internal topics).
+    app's internal topics), by logical or physical name (a topology bound to topic generations resolves them).
 
     Raises:
         ResetError: an input the cluster does not have; a topic that is an input and an internal topic; a topic in
@@ -92,7 +92,7 @@ def classify_topics(topology: Topology, application_id: str, counts: dict[str, i
                          f"internal topics ({specs[both[0]].kind}): a reset deletes internal topics and never an "
                          f"input; rename the topic or the store")
     if only_internal is not None:
-        chosen = list(dict.fromkeys(only_internal))
+        chosen = list(dict.fromkeys(topology.generations.physical(t) for t in only_internal))  # logical names too
         for topic in chosen:
             if topic not in specs:
                 role = "an input" if topic in read else "an output" if topic in sinks else "not a topic"

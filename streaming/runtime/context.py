@@ -133,7 +133,7 @@ class NodeContext(ProcessorContext):
     @property
     def topic(self) -> str | None:
         current = self._task.current
-        return None if current is None else current.topic()
+        return None if current is None else self._task.generations.logical(current.topic())
 
     @property
     def partition(self) -> int | None:

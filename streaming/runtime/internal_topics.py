@@ -1,5 +1,6 @@
 """InternalTopicManager: creates the topics the runtime owns — changelogs, repartition topics, the stream-time
-topics of stateful sub-topologies and the dead-letter topic."""
+topics of stateful sub-topologies and the dead-letter topic. Each by its physical name: at the generation the
+topology is bound with (:mod:`streaming.topic_generations`; the dead-letter topic has none)."""
 
 from __future__ import annotations
 
@@ -69,11 +70,25 @@ def internal_topic_partitions(topology: Topology, application_id: str, counts: d
     for sub in subtopologies:
         for store in sub.stores:
             if builders[store].logging_enabled:
-                result[changelog_topic(application_id, store)] = max(known[t] for t in sub.source_topics)
+                result[topology.generations.changelog(application_id, store)] = max(known[t] for t in sub.source_topics)
     for sub_id, topic in stream_time_topics(topology, application_id).items():
         sub = next(sub for sub in subtopologies if sub.id == sub_id)
         result[topic] = max(known[t] for t in sub.source_topics)
     return result
+
+
+def logical_topics(topology: Topology, application_id: str) -> set[str]:
+    """The logical name of every key-partitioned topic ``topology`` (bound to ``application_id``) reads or writes:
+    sources, sinks, global-table topics, internal topics, changelogs of logged stores and stream-time topics —
+    the topics that may have generations (:mod:`streaming.topic_generations`)."""
+    generations = topology.generations
+    physical = {*topology.source_topics, *topology.sink_topics, *topology.internal_topics,
+                *(store.topic for store in topology.global_stores.values())}
+    logged = {store for sub in topology.subtopologies() for store in sub.stores
+              if topology.store_builders[store].logging_enabled}
+    return ({generations.logical(topic) for topic in physical}
+            | {changelog_topic(application_id, store) for store in logged}
+            | {generations.logical(topic) for topic in stream_time_topics(topology, application_id).values()})
 
 
 @dataclass(frozen=True)
@@ -96,7 +111,7 @@ def internal_topic_specs(topology: Topology, application_id: str, counts: dict[s
     wanted = internal_topic_partitions(topology, application_id, counts)
     kinds: dict[str, tuple[str, dict[str, str]]] = {}
     for store, builder in topology.store_builders.items():
-        topic = changelog_topic(application_id, store)
+        topic = topology.generations.changelog(application_id, store)
         if topic in wanted:
             kinds[topic] = ("changelog", {"cleanup.policy": "compact", **builder.log_config})
     for topic in topology.internal_topics:

@@ -38,7 +38,7 @@ from streaming.runtime.interactive_queries import (
     key_value_stores,
     unknown_store_message,
 )
-from streaming.runtime.internal_topics import create_internal_topics
+from streaming.runtime.internal_topics import create_internal_topics, logical_topics
 from streaming.runtime.query_metadata import WorkerIdentity
 from streaming.runtime.remote_queries import RemoteQueries, RemoteQueryError
 from streaming.runtime.reset_epoch import ResetEpoch, read_reset_epoch, wipe_state_of_other_epoch
@@ -51,6 +51,7 @@ from streaming.runtime.state_directory import (
 )
 from streaming.runtime.stream_thread import StreamThread
 from streaming.serdes import Serde
+from streaming.topic_generations import TopicGenerations
 from streaming.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,15 @@ class KafkaStreams:
 
     def __init__(self, topology: Topology, config: Mapping[str, Any]) -> None:
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
-        self.topology = topology.bind(self.config.application_id)
+        generations = TopicGenerations(self.config["topic.generations"])
+        self.topology = topology.bind(self.config.application_id, generations)
+        try:
+            generations.check_application(self.config.application_id,
+                                          logical_topics(self.topology, self.config.application_id))
+        except ValueError as exc:
+            raise ConfigError(f"config key 'topic.generations': {exc}") from None
+        for line in generations.describe():
+            log.info("topic generation: %s", line)
         self._snapshots = snapshot_source(self.config["state.snapshot.location"], self.config.application_id,
                                           self.config.admin_config())
         topology.subtopologies()
@@ -474,11 +483,12 @@ class KafkaStreams:
         metadata = cluster_metadata(self.config.admin_config(), timeout)
         counts = {name: len(t.partitions) for name, t in metadata.topics.items() if t.error is None}
         internal = self.topology.internal_topics
-        missing = [t for t in self.topology.source_topics if t not in counts and t not in internal]
+        label = self.topology.generations.label
+        missing = [label(t) for t in self.topology.source_topics if t not in counts and t not in internal]
         if missing:
             raise MissingSourceTopicError(
                 f"source topics {missing} do not exist on {self.config['bootstrap.servers']}; create them first")
-        missing_sinks = [t for t in self.topology.sink_topics if t not in counts and t not in internal]
+        missing_sinks = [label(t) for t in self.topology.sink_topics if t not in counts and t not in internal]
         if missing_sinks:
             raise MissingSourceTopicError(
                 f"output topics {missing_sinks} do not exist on {self.config['bootstrap.servers']}; create them first")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from streaming.errors import ConfigError
-from streaming.naming import store_of_changelog
+from streaming.naming import logical_of, store_of_changelog
 from streaming.state.store_identity import NONE, StoreIdentity, StoreIdentityError, live_identity
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class ParquetSnapshots:
         return identity
 
     def candidates(self, topic: str, partition: int) -> Iterator[Snapshot]:
-        store = store_of_changelog(self.application_id, topic)
+        store = store_of_changelog(self.application_id, logical_of(topic)[0])  # a generation's changelog too
         if store is None:
             return
         layout = self._layout

@@ -8,8 +8,8 @@ import logging
 import os
 from typing import Any
 
-from streaming.naming import changelog_topic
 from streaming.runtime.state_directory import application_dir, remove_path
+from streaming.topic_generations import TopicGenerations
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +26,10 @@ class ProcessorStateManager:
     close. In-memory stores always restore from the start of their changelog.
     """
 
-    def __init__(self, state_dir: str, application_id: str, task_id: str, partition: int) -> None:
+    def __init__(self, state_dir: str, application_id: str, task_id: str, partition: int,
+                 generations: TopicGenerations) -> None:
         self.application_id = application_id
+        self.generations = generations
         self.task_id = task_id
         self.partition = partition
         self.app_dir = application_dir(state_dir, application_id)
@@ -40,7 +42,7 @@ class ProcessorStateManager:
         return os.path.join(self.task_dir, store)
 
     def changelog_partition(self, store: str) -> TopicPartition:
-        return changelog_topic(self.application_id, store), self.partition
+        return self.generations.changelog(self.application_id, store), self.partition
 
     def load_checkpoint(self) -> None:
         """Read (and delete) the checkpoint: the task now owns its directory."""

@@ -85,8 +85,9 @@ class StreamThread(threading.Thread):
         self.collector = KafkaRecordCollector(
             lambda on_delivery_error: streams_producer(config, self.consumer, on_delivery_error, index,
                                                         process_id), self.admin,
-            always_fail=lambda topic: topic == dlq or store_of_changelog(config.application_id, topic) is not None
-            or is_stream_time_topic(config.application_id, topic))
+            always_fail=lambda topic: topic == dlq
+            or store_of_changelog(config.application_id, topology.generations.logical(topic)) is not None
+            or is_stream_time_topic(config.application_id, topology.generations.logical(topic)))
         self.errors = self.collector.errors = configured_handlers(
             config, DeadLetterWriter(config.application_id, dlq, self.collector.send))
         task_timeouts = TaskTimeouts(config["task.timeout.ms"])  # a new task the broker holds up is retried

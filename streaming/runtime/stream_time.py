@@ -53,7 +53,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streaming.errors import StreamsError
-from streaming.naming import stream_time_topic
 from streaming.runtime.client_configs import stream_time_reader_config
 from streaming.runtime.task_timeouts import DEFAULT_TASK_TIMEOUT_MS, TaskTimeouts, is_transient
 from streaming.topology.topology import Subtopology, Topology
@@ -224,8 +223,9 @@ def keeps_stream_time(topology: Topology, subtopology: Subtopology) -> bool:
 
 
 def stream_time_topics(topology: Topology, application_id: str) -> dict[int, str]:
-    """The stream-time topic of every sub-topology that keeps one, by sub-topology id."""
-    return {sub.id: stream_time_topic(application_id, sub.id) for sub in topology.subtopologies()
+    """The stream-time topic of every sub-topology that keeps one, by sub-topology id (its physical name, at the
+    generation ``topology`` is bound with)."""
+    return {sub.id: topology.generations.stream_time(application_id, sub.id) for sub in topology.subtopologies()
             if keeps_stream_time(topology, sub)}
 
 

@@ -19,7 +19,6 @@ from streaming.errors import (
     TaskMigratedError,
     TopologyError,
 )
-from streaming.naming import changelog_topic
 from streaming.processor.api import Cancellable, ObservedStreamTime, PunctuationType, Record, T
 from streaming.runtime.context import NodeContext, fan_out
 from streaming.runtime.error_handlers import (
@@ -121,6 +120,7 @@ class StreamTask:
         self.wall_clock_refused: str | None = None
         self._collector = collector
         self._topology = topology
+        self.generations = topology.generations  # context.topic() names the logical topic
         self._processors: list[tuple[str, Any]] = []
         self.sink_topics = {node.topic for node in subtopology.nodes if isinstance(node, SinkNodeDef)}
         self._emits: dict[str, Emit] = {}
@@ -135,7 +135,8 @@ class StreamTask:
         self._backlog_start = 0  # index in _backlog[0] of its first unprocessed message
         self._backlog_records = 0
         self.last_processed: Any = None  # the last input message processed (for latency sampling)
-        self.state = ProcessorStateManager(config["state.dir"], self.application_id, self.id, partition)
+        self.state = ProcessorStateManager(config["state.dir"], self.application_id, self.id, partition,
+                                           topology.generations)
         self.stores: dict[str, Any] = {}
         self.global_stores: dict[str, Any] = topology.global_state_stores  # read-only views, shared
         self._cache_budget = cache_budget
@@ -171,7 +172,8 @@ class StreamTask:
             self.stores[name] = store
 
     def _changelogger(self, store: str) -> ChangeLogger:
-        return ChangeLogger(self._collector, changelog_topic(self.application_id, store), self.partition)
+        return ChangeLogger(self._collector, self._topology.generations.changelog(self.application_id, store),
+                            self.partition)
 
     def _current_timestamp(self) -> int:
         return self.current_timestamp

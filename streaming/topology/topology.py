@@ -12,6 +12,7 @@ from streaming.naming import check_store_name
 from streaming.serdes import Serde
 from streaming.state.stores import StoreBuilder
 from streaming.timestamps import TimestampExtractor, resolve_extractor
+from streaming.topic_generations import TopicGenerations
 from streaming.topology.description import GlobalStoreDescription, SubtopologyDescription, TopologyDescription
 from streaming.topology.nodes import (
     GlobalStoreDef,
@@ -65,6 +66,7 @@ class Topology:
         self._topic_sources: dict[str, str] = {}
         self._internal_topics: set[str] = set()  # names without the application.id prefix until bound
         self._application_id: str | None = None
+        self._generations = TopicGenerations()
         self._subtopologies: list[Subtopology] | None = None
         self._global_stores: dict[str, GlobalStoreDef] = {}
         self._global_state_stores: dict[str, Any] = {}  # store instances, in a runtime's view only
@@ -130,24 +132,40 @@ class Topology:
             self._internal_topics.add(topic)
         return self
 
-    def bind(self, application_id: str) -> Topology:
-        """Give internal topics their ``<application.id>-`` prefix (once; a topology runs under one id)."""
-        if self._application_id == application_id:
+    def bind(self, application_id: str, generations: TopicGenerations | None = None) -> Topology:
+        """Give internal topics their ``<application.id>-`` prefix and every topic the physical name of its
+        generation (``generations``, default: every topic at generation 1; :mod:`streaming.topic_generations`).
+        Once: a topology runs under one application.id and one map."""
+        generations = generations if generations is not None else TopicGenerations()
+        if self._application_id == application_id and self._generations == generations:
             return self
         if self._application_id is not None:
-            raise TopologyError(f"this topology is bound to application.id {self._application_id!r}; "
-                                f"build a new one to run it as {application_id!r}")
-        renamed = {topic: f"{application_id}-{topic}" for topic in self._internal_topics}
+            raise TopologyError(f"this topology is bound to application.id {self._application_id!r} with topic "
+                                f"generations {self._generations.generations}; build a new one to run it as "
+                                f"{application_id!r} with {generations.generations}")
+        renamed = {topic: generations.physical(f"{application_id}-{topic}") for topic in self._internal_topics}
+
+        def physical(topic: str) -> str:
+            return renamed.get(topic) or generations.physical(topic)
+
         for node in self._nodes.values():
             if isinstance(node, SourceNodeDef):
-                node.topics = [renamed.get(t, t) for t in node.topics]
+                node.topics = [physical(t) for t in node.topics]
             elif isinstance(node, SinkNodeDef):
-                node.topic = renamed.get(node.topic, node.topic)
-        self._topic_sources = {renamed.get(t, t): n for t, n in self._topic_sources.items()}
+                node.topic = physical(node.topic)
+        for store in self._global_stores.values():
+            store.topic = generations.physical(store.topic)
+        self._topic_sources = {physical(t): n for t, n in self._topic_sources.items()}
         self._internal_topics = set(renamed.values())
         self._application_id = application_id
+        self._generations = generations
         self._subtopologies = None
         return self
+
+    @property
+    def generations(self) -> TopicGenerations:
+        """The topic generations this topology is bound with (every topic at generation 1 until bound)."""
+        return self._generations
 
     @property
     def internal_topics(self) -> set[str]:

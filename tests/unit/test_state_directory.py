@@ -15,6 +15,7 @@ from streaming.runtime.state_directory import remove_path
 from streaming.runtime.state_manager import ProcessorStateManager
 from streaming.state.stores import StoreBuilder
 from streaming.testing import TopologyTestDriver
+from streaming.topic_generations import TopicGenerations
 
 BAD_NAMES = ["../../../victim", "a/b", "", ".", "..", "a\\b", "x" * 201, "white space", None]
 
@@ -88,7 +89,7 @@ def test_a_store_directory_linked_outside_is_never_wiped(tmp_path: Path) -> None
     task_dir = tmp_path / "state" / "app" / "0_0"
     task_dir.mkdir(parents=True)
     os.symlink(victim, task_dir / "counts")
-    manager = ProcessorStateManager(str(tmp_path / "state"), "app", "0_0", 0)
+    manager = ProcessorStateManager(str(tmp_path / "state"), "app", "0_0", 0, TopicGenerations())
     with pytest.raises(StreamsError, match="refusing to delete"):
         manager.prepare_store_dir("counts", persistent=True, logged=True)
     assert (victim / "precious").read_text() == "keep me"
