@@ -1,0 +1,16 @@
+"""Partition scaling: take an application's co-partition group from M to N partitions with its state re-sharded.
+
+- :mod:`streaming.scaling.groups`: the co-partition groups of a topology (what one partition count applies to);
+- :mod:`streaming.scaling.store_keys`: per kind of store, the record key a changelog key belongs to (what decides
+  its partition);
+- :mod:`streaming.scaling.stream_time`: the new tasks' stream-time records;
+- :mod:`streaming.scaling.in_place`: adding partitions to the existing topics (CreatePartitions), how keys move;
+- :mod:`streaming.scaling.plan`: the dry run's plan (a table and JSON), and the refusals.
+
+The platform's scaling job (``assets/scaling/``) executes a plan; DESIGN.md ("The platform") and issue 18 describe
+the whole.
+"""
+
+from streaming.scaling.store_keys import StoreKind, StoreLayout, partition_key_function, store_layouts
+
+__all__ = ["StoreKind", "StoreLayout", "partition_key_function", "store_layouts"]
