@@ -11,8 +11,10 @@ The platform's scaling job (``assets/scaling/``) executes a plan; DESIGN.md ("Th
 the whole.
 """
 
+from streaming.scaling.errors import ScalingError
 from streaming.scaling.groups import GroupTopic, ScalingGroup, scaling_groups
+from streaming.scaling.plan import ScalingPlan, make_plan
 from streaming.scaling.store_keys import StoreKind, StoreLayout, partition_key_function, store_layouts
 
-__all__ = ["GroupTopic", "ScalingGroup", "StoreKind", "StoreLayout", "partition_key_function", "scaling_groups",
-           "store_layouts"]
+__all__ = ["GroupTopic", "ScalingError", "ScalingGroup", "ScalingPlan", "StoreKind", "StoreLayout", "make_plan",
+           "partition_key_function", "scaling_groups", "store_layouts"]

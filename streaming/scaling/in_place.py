@@ -17,14 +17,14 @@ bumped (every worker drops its local state and snapshots of the old layout); wor
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from math import gcd
 
 from streaming.runtime.partitioning import partition_for_key
 from streaming.scaling.store_keys import StoreKind, partition_key_function
 
-__all__ = ["STEPS", "KeyMove", "kept_fraction", "key_moves", "move_targets"]
+__all__ = ["STEPS", "InPlacePlan", "KeyMove", "in_place_plan", "kept_fraction", "key_moves", "move_targets"]
 
 STEPS = (
     ("stop every producer of the group's input topics and every worker; wait until the group's committed offsets "
@@ -75,3 +75,26 @@ def key_moves(entries: Iterable[tuple[int, bytes]], kind: StoreKind | str, new: 
         if target != partition:
             moves.append(KeyMove(key, partition, target))
     return moves
+
+
+@dataclass(frozen=True)
+class InPlacePlan:
+    """The in-place specifics of a scaling plan: the partitions added per physical topic, the partitions whose
+    committed offset is set to 0 before producers see them (``topic[p]``), where each old partition's keys may go,
+    the share of keys that stay, and the steps in order (:data:`STEPS`)."""
+
+    added: dict[str, list[int]]
+    commit_zero: list[str]
+    targets: dict[int, list[int]]
+    kept_fraction: float
+    steps: list[str]
+
+
+def in_place_plan(counts: Mapping[str, int], read: Iterable[str], old: int, new: int) -> InPlacePlan:
+    """Growing the topics ``counts`` (physical name -> current partitions; 0: not created yet, the runtime creates
+    it with ``new``) from ``old`` to ``new`` partitions; ``read``: the topics the application reads (their new
+    partitions get offset 0 committed)."""
+    reads = set(read)
+    added = {topic: list(range(old, new)) for topic, count in counts.items() if count}
+    commit_zero = [f"{topic}[{p}]" for topic, partitions in added.items() if topic in reads for p in partitions]
+    return InPlacePlan(added, commit_zero, move_targets(old, new), kept_fraction(old, new), list(STEPS))

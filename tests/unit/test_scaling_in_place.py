@@ -12,7 +12,7 @@ from streaming import Materialized, Serdes, StreamsBuilder, TimeWindows
 from streaming.naming import changelog_topic
 from streaming.runtime.partitioning import partition_for_key
 from streaming.scaling import StoreKind, partition_key_function
-from streaming.scaling.in_place import kept_fraction, key_moves, move_targets
+from streaming.scaling.in_place import STEPS, in_place_plan, kept_fraction, key_moves, move_targets
 from streaming.testing import TopologyTestDriver
 
 String, Bytes = Serdes.String(), Serdes.Bytes()
@@ -68,3 +68,16 @@ def test_the_keys_of_a_real_window_store_move_by_their_record_key() -> None:
     assert all(m.target == m.source + 2 for m in moves)
     moved_users = {record_key(m.key).decode() for m in moves}
     assert moved_users == {u for u in users if partition_for_key(u.encode(), 4) >= 2}
+
+
+def test_the_in_place_plan_adds_partitions_and_commits_offset_zero_on_the_new_read_ones_before_producers() -> None:
+    counts = {"orders": 2, "users": 2, "o-users-changelog": 2, "o-0-stream-time": 0}  # stream time not created yet
+    plan = in_place_plan(counts, ["orders", "users"], 2, 4)
+    assert plan.added == {"orders": [2, 3], "users": [2, 3], "o-users-changelog": [2, 3]}
+    assert plan.commit_zero == ["orders[2]", "orders[3]", "users[2]", "users[3]"]
+    assert plan.targets == {0: [0, 2], 1: [1, 3]} and plan.kept_fraction == 0.5
+    steps = plan.steps
+    assert steps == list(STEPS)
+    assert steps.index(next(s for s in steps if s.startswith("commit offset 0"))) < \
+        steps.index(next(s for s in steps if "resume the producers" in s))
+    assert steps[0].startswith("stop every producer") and steps[1].startswith("CreatePartitions")
