@@ -5,6 +5,7 @@
   its partition);
 - :mod:`streaming.scaling.stream_time`: the new tasks' stream-time records;
 - :mod:`streaming.scaling.in_place`: adding partitions to the existing topics (CreatePartitions), how keys move;
+- :mod:`streaming.scaling.reshard`: a migration's pure steps (copy, re-shard, verify), for the Spark job;
 - :mod:`streaming.scaling.plan`: the dry run's plan (a table and JSON), and the refusals.
 
 The platform's scaling job (``assets/scaling/``) executes a plan; DESIGN.md ("The platform") and issue 18 describe

@@ -1,0 +1,144 @@
+"""The pure steps of a migration, per partition and per record, for the Spark job to run and the tests to check.
+
+- **Copy** (:func:`repartition`): the records of an input, intermediate or repartition topic's ``M`` partitions
+  into ``N``, each to ``murmur2(key) % N`` (:func:`~streaming.runtime.partitioning.partition_for_key`, what a
+  producer with Kafka's partitioner would choose). Records of one key come from one old partition, so keeping each
+  old partition's offset order keeps every key's order. Between old partitions the copy takes the record with the
+  lowest timestamp next (:func:`interleave`), as a task picks across its partitions (Kafka Streams'
+  ``PartitionGroup``), so a reprocessing of the new generation meets about the disorder the old tasks met. A record
+  with a null key has no partition of its own (producers spread them): it goes to ``old partition % N``.
+- **Re-shard** (:func:`reshard_store`): a store's changelog compacted (the last record per key; a tombstone drops
+  the key), each key to the partition of its record key (:func:`~streaming.scaling.store_keys.
+  partition_key_function`), in serialized-key order as a snapshot lists it. A foreign-key subscription store whose
+  left side is re-sharded gets the left partition in its values rewritten.
+- **Verify** (:func:`digest`, :func:`misplaced`): per store, the key count and the sum of
+  :func:`~streaming.state.snapshots.row_checksum` (the snapshots' own checksum, which Spark computes too) equal
+  before and after; every key in the partition its record key hashes to, and in one partition only.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from streaming.runtime.partitioning import partition_for_key
+from streaming.scaling.store_keys import StoreKind, partition_key_function, subscription_with_left_partition
+from streaming.state.snapshots import row_checksum
+
+__all__ = ["Digest", "Record", "digest", "interleave", "misplaced", "repartition", "reshard_store"]
+
+
+@dataclass(frozen=True)
+class Record:
+    """A Kafka record as the copy carries it: key and value bytes (None: null), timestamp, headers."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def interleave(partitions: Sequence[Iterable[Record]]) -> Iterator[tuple[int, Record]]:
+    """``(old partition, record)`` of every record, each partition's in its order, the one whose next record has
+    the lowest timestamp first (ties: the lower partition), as ``PartitionGroup`` picks."""
+    iterators = [iter(records) for records in partitions]
+    heap: list[tuple[int, int, Record]] = []
+    for index, records in enumerate(iterators):
+        first = next(records, None)
+        if first is not None:
+            heap.append((first.timestamp, index, first))
+    heapq.heapify(heap)
+    while heap:
+        _, index, record = heap[0]
+        following = next(iterators[index], None)
+        if following is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (following.timestamp, index, following))
+        yield index, record
+
+
+def repartition(partitions: Sequence[Iterable[Record]], new: int) -> list[list[Record]]:
+    """The records of ``partitions`` (old partition -> records in offset order) in ``new`` partitions (module doc);
+    the length of each list is the end offset of the new partition, which the group's offsets are committed at."""
+    if new < 1:
+        raise ValueError(f"a topic has 1 or more partitions, got {new}")
+    result: list[list[Record]] = [[] for _ in range(new)]
+    for old, record in interleave(partitions):
+        target = old % new if record.key is None else partition_for_key(record.key, new)
+        result[target].append(record)
+    return result
+
+
+def reshard_store(partitions: Mapping[int, Iterable[Record]], kind: StoreKind | str, new: int, *,
+                  left_partitions: int | None = None) -> dict[int, list[tuple[bytes, bytes]]]:
+    """A store's state in ``new`` partitions: ``(key, value)`` per new partition in key order, from its changelog
+    (old partition -> records in offset order; a snapshot's rows first, then the tail). ``left_partitions``: for a
+    foreign-key subscription store, the left side's new partition count (its values then name the left row's new
+    partition).
+
+    Raises:
+        ValueError: a changelog key in two old partitions (the state was split: re-sharding would pick one at
+            random), or a key too short for ``kind``.
+    """
+    record_key = partition_key_function(kind)
+    latest: dict[bytes, bytes | None] = {}
+    home: dict[bytes, int] = {}
+    for old, records in partitions.items():
+        for record in records:
+            if record.key is None:
+                raise ValueError(f"a changelog record without a key in partition {old}")
+            seen = home.setdefault(record.key, old)
+            if seen != old:
+                raise ValueError(f"changelog key {record.key[:60]!r} is in partitions {seen} and {old}: a store's key "
+                                 f"belongs to one task")
+            latest[record.key] = record.value
+    result: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in range(new)}
+    for key in sorted(latest):
+        value = latest[key]
+        if value is None:
+            continue
+        if left_partitions is not None:
+            if StoreKind(kind) != StoreKind.FK_SUBSCRIPTION:
+                raise ValueError(f"left_partitions applies to a foreign-key subscription store, not a {kind} store")
+            left_key = key[4 + len(record_key(key)):]
+            value = subscription_with_left_partition(value, partition_for_key(left_key, left_partitions))
+        result[partition_for_key(record_key(key), new)].append((key, value))
+    return result
+
+
+@dataclass(frozen=True)
+class Digest:
+    """A store's content, independent of order and partitioning: its key count and the sum of its rows'
+    ``row_checksum`` (as the snapshot manifests sum them per partition)."""
+
+    keys: int
+    checksum: int
+
+
+def digest(rows: Iterable[tuple[bytes, bytes]]) -> Digest:
+    """The :class:`Digest` of ``(key, value)`` rows (a store's live keys: no tombstones)."""
+    keys = checksum = 0
+    for key, value in rows:
+        keys += 1
+        checksum += row_checksum(key, value)
+    return Digest(keys, checksum)
+
+
+def misplaced(partitions: Mapping[int, Iterable[tuple[bytes, bytes]]], kind: StoreKind | str, count: int) -> list[str]:
+    """What is wrong with a re-sharded store of ``count`` partitions, one phrase each: a key in a partition its
+    record key does not hash to, a key in two partitions. Empty: every key is where a task will look for it."""
+    record_key = partition_key_function(kind)
+    problems = []
+    home: dict[bytes, int] = {}
+    for partition, rows in partitions.items():
+        for key, _ in rows:
+            if key in home:
+                problems.append(f"key {key[:60]!r} is in partitions {home[key]} and {partition}")
+                continue
+            home[key] = partition
+            expected = partition_for_key(record_key(key), count)
+            if expected != partition:
+                problems.append(f"key {key[:60]!r} is in partition {partition}, its record key hashes to {expected}")
+    return problems
