@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from streaming.dsl.foreign_key_join import SubscriptionReceive, SubscriptionSend
 from streaming.naming import changelog_topic
 from streaming.runtime.stream_time import stream_time_topics
+from streaming.topology.nodes import ProcessorNodeDef, SinkNodeDef
 from streaming.topology.topology import Topology
 
-__all__ = ["GroupTopic", "ScalingGroup", "scaling_groups"]
+__all__ = ["GroupTopic", "ScalingGroup", "left_subscription_stores", "scaling_groups"]
 
 #: The roles of a group's topics, in the order plans list them.
 ROLES = ("input", "intermediate", "repartition", "changelog", "stream-time")
@@ -122,3 +124,28 @@ def scaling_groups(topology: Topology, application_id: str) -> list[ScalingGroup
                                    tuple(sorted({t.subtopology for t in ordered if t.subtopology is not None})),
                                    tuple(dict.fromkeys(operations.get(key, [])))))
     return sorted(groups, key=lambda g: g.name)
+
+
+def left_subscription_stores(topology: Topology, group: ScalingGroup) -> list[str]:
+    """The subscription stores of the foreign-key joins whose left side ``group`` runs (found from the operators: the
+    left side's ``SubscriptionSend`` writes the topic the right side's ``SubscriptionReceive`` reads). Their values
+    carry the left row's partition (:func:`streaming.scaling.store_keys.subscription_with_left_partition`), so
+    re-sharding ``group`` rewrites them, wherever those stores are. ``topology`` is bound."""
+    stores = []
+    subtopologies = topology.subtopologies()
+    for sub in subtopologies:
+        if sub.id not in group.subtopologies:
+            continue
+        for node in sub.nodes:
+            if not (isinstance(node, ProcessorNodeDef) and isinstance(node.operator, SubscriptionSend)):
+                continue
+            sink = topology.node(node.operator.sink)
+            assert isinstance(sink, SinkNodeDef)
+            for reader in subtopologies:
+                if sink.topic not in reader.source_topics:
+                    continue
+                for child in reader.source_for(sink.topic).children:
+                    operator = getattr(topology.node(child), "operator", None)
+                    if isinstance(operator, SubscriptionReceive):
+                        stores.append(operator.store_name)
+    return sorted(set(stores))

@@ -48,7 +48,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from streaming.dsl.foreign_key_join import SubscriptionReceive, SubscriptionSend
 from streaming.naming import generation_name
 from streaming.reset.cluster import Observation, observe
 from streaming.reset.errors import ResetError
@@ -56,10 +55,9 @@ from streaming.runtime.cluster import cluster_metadata
 from streaming.runtime.membership import STALE_AFTER_S, refuse_while_alive
 from streaming.scaling.cluster import create_partitions_refusal
 from streaming.scaling.errors import ScalingError
-from streaming.scaling.groups import ScalingGroup, scaling_groups
+from streaming.scaling.groups import ScalingGroup, left_subscription_stores, scaling_groups
 from streaming.scaling.in_place import InPlacePlan, in_place_plan
 from streaming.scaling.store_keys import store_layouts
-from streaming.topology.nodes import ProcessorNodeDef, SinkNodeDef
 from streaming.topology.topology import Topology
 
 __all__ = ["COPY_RECORDS_PER_S", "FIXED_DOWNTIME_S", "MODES", "PLAN_VERSION", "RESHARD_RECORDS_PER_S",
@@ -345,11 +343,12 @@ def make_plan(topology: Topology, application_id: str, client_config: Mapping[st
                              new_generation, partitions, observed) for member in group.topics]
     stores = [StoreScaling(t.store, layouts[t.store].kind.value, t.topic, layouts[t.store].subtopology, t.records,
                            layouts[t.store].note) for t in scaled if t.store is not None]
-    rewrites = _left_subscription_stores(topology, group)
+    rewrites = left_subscription_stores(topology, group)
     in_place = in_place_plan({t.physical: t.partitions for t in scaled},
                              [t.physical for t in scaled if t.role in _READ_ROLES], current, partitions) \
         if mode == "in_place" else None
-    stages = _stages(scaled, stores, rewrites, mode, partitions, in_place)
+    snapshot_count = sum(len(ids) for ids in observed.snapshots.values())
+    stages = _stages(scaled, stores, rewrites, partitions, in_place, snapshot_count)
     reshard = sum(s.records for s in stores)
     if in_place is None:
         copy = sum(t.records for t in scaled if t.role in _READ_ROLES)
@@ -374,31 +373,8 @@ def _topic_scaling(topic: str, role: str, store: str | None, physical: Mapping[s
                         shape["partitions"], partitions, list(shape["earliest"]), list(shape["end"]), committed, store)
 
 
-def _left_subscription_stores(topology: Topology, group: ScalingGroup) -> list[str]:
-    """The subscription stores of the foreign-key joins whose left side this group runs: their values carry the left
-    row's partition (:func:`streaming.scaling.store_keys.subscription_with_left_partition`)."""
-    stores = []
-    subtopologies = topology.subtopologies()
-    for sub in subtopologies:
-        if sub.id not in group.subtopologies:
-            continue
-        for node in sub.nodes:
-            if not (isinstance(node, ProcessorNodeDef) and isinstance(node.operator, SubscriptionSend)):
-                continue
-            sink = topology.node(node.operator.sink)
-            assert isinstance(sink, SinkNodeDef)
-            for reader in subtopologies:
-                if sink.topic not in reader.source_topics:
-                    continue
-                for child in reader.source_for(sink.topic).children:
-                    operator = getattr(topology.node(child), "operator", None)
-                    if isinstance(operator, SubscriptionReceive):
-                        stores.append(operator.store_name)
-    return sorted(set(stores))
-
-
-def _stages(scaled: list[TopicScaling], stores: list[StoreScaling], rewrites: list[str], mode: str, partitions: int,
-            in_place: InPlacePlan | None) -> list[Stage]:
+def _stages(scaled: list[TopicScaling], stores: list[StoreScaling], rewrites: list[str], partitions: int,
+            in_place: InPlacePlan | None, snapshots: int) -> list[Stage]:
     by_topic = {t.topic: t for t in scaled}
     stages = [Stage("drain", "admin", "wait until the group's committed offsets reach the ends of its inputs",
                     sum(t.undrained for t in scaled))]
@@ -436,8 +412,8 @@ def _stages(scaled: list[TopicScaling], stores: list[StoreScaling], rewrites: li
     if in_place is None:
         stages.append(Stage("commit", "admin", "the group's offsets on the new generation at the copied ends"))
         stages.append(Stage("switch", "admin", "the platform spec names the new generation of every topic"))
-    stages.append(Stage("epoch", "admin", "bump the reset epoch: workers drop local state and snapshots of the old "
-                                          "partitioning"))
+    stages.append(Stage("epoch", "admin", f"bump the reset epoch: workers drop local state of the old partitioning; "
+                                          f"its {snapshots} snapshot(s) of the group's stores are retired"))
     return stages
 
 

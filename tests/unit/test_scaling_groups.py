@@ -7,7 +7,7 @@ from apps.orders import topology as orders_topology
 from apps.wordcount import topology as wordcount_topology
 from streaming import Materialized, Serdes, StreamsBuilder
 from streaming.runtime.internal_topics import internal_topic_partitions
-from streaming.scaling.groups import scaling_groups
+from streaming.scaling.groups import left_subscription_stores, scaling_groups
 from streaming.topology.topology import Topology
 
 String, Json = Serdes.String(), Serdes.Json()
@@ -64,4 +64,9 @@ def test_a_foreign_key_join_ties_its_subscription_topic_to_the_right_table_and_r
     assert [t for t, _ in groups["items"]][:2] == ["items", "app-fk-subscription-registration-topic"]
     assert [t for t, _ in groups["orders"]][:2] == ["orders", "app-fk-subscription-response-topic"]
     assert ("app-fk-subscription-store-changelog", "changelog") in groups["items"]
+    # the subscriptions live with the right table, and name left partitions: scaling the left side rewrites them
+    topology = builder.build()
+    by_name = {g.name: g for g in scaling_groups(topology, "app")}
+    assert left_subscription_stores(topology, by_name["orders"]) == ["fk-subscription-store"]
+    assert left_subscription_stores(topology, by_name["items"]) == []
 
