@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from math import gcd
 
 from streaming.runtime.partitioning import partition_for_key
+from streaming.scaling.reshard import partition_targets
 from streaming.scaling.store_keys import StoreKind, partition_key_function
 
 __all__ = ["STEPS", "InPlacePlan", "KeyMove", "in_place_plan", "kept_fraction", "key_moves", "move_targets"]
@@ -45,8 +46,7 @@ def move_targets(old: int, new: int) -> dict[int, list[int]]:
     partitions (``p`` itself among them): those ``q < new`` with ``q ≡ p (mod gcd(old, new))``."""
     if not 0 < old < new:
         raise ValueError(f"in-place scaling only adds partitions: {old} -> {new}")
-    step = gcd(old, new)
-    return {p: list(range(p % step, new, step)) for p in range(old)}
+    return partition_targets(old, new)
 
 
 def kept_fraction(old: int, new: int) -> float:

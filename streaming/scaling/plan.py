@@ -57,7 +57,7 @@ from streaming.scaling.cluster import create_partitions_refusal
 from streaming.scaling.errors import ScalingError
 from streaming.scaling.groups import ScalingGroup, left_subscription_stores, scaling_groups
 from streaming.scaling.in_place import InPlacePlan, in_place_plan
-from streaming.scaling.store_keys import store_layouts
+from streaming.scaling.store_keys import Placement, store_layouts
 from streaming.topology.topology import Topology
 
 __all__ = ["COPY_RECORDS_PER_S", "FIXED_DOWNTIME_S", "MODES", "PLAN_VERSION", "RESHARD_RECORDS_PER_S",
@@ -106,13 +106,17 @@ class TopicScaling:
 
 @dataclass(frozen=True)
 class StoreScaling:
-    """A store re-sharded with the group: its changelog (logical), the layout of its keys and their count."""
+    """A store re-sharded with the group: its changelog (logical), the layout of its keys, the changelog's records,
+    where its entries go (:class:`~streaming.scaling.store_keys.Placement`) and the Processor API processors that
+    write it (whose keys are assumed to be record keys unless the placement says otherwise)."""
 
     store: str
     kind: str
     changelog: str
     subtopology: int
     records: int
+    placement: str = Placement.BY_KEY.value
+    processor_api: list[str] = field(default_factory=list)
     note: str = ""
 
 
@@ -155,8 +159,8 @@ class ScalingPlan:
 
     @property
     def records_to_reshard(self) -> int:
-        """Changelog records read to re-shard the stores."""
-        return sum(s.records for s in self.stores)
+        """Changelog records read to re-shard the stores (a dropped store's are not read)."""
+        return sum(s.records for s in self.stores if s.placement != Placement.DROP)
 
     @property
     def fingerprint(self) -> str:
@@ -215,9 +219,10 @@ class ScalingPlan:
                            str(t.undrained) if t.role in _READ_ROLES else "")
         console.print(topics)
         if self.stores:
-            stores = Table("store", "key layout", "changelog records", "")
+            stores = Table("store", "key layout", "placement", "changelog records", "")
             for s in self.stores:
-                stores.add_row(s.store, s.kind, str(s.records), s.note)
+                note = s.note or (f"Processor API: {', '.join(s.processor_api)}" if s.processor_api else "")
+                stores.add_row(s.store, s.kind, s.placement, str(s.records), note)
             console.print(stores)
         stages = Table("#", "by", "stage", "records")
         for index, stage in enumerate(self.stages, 1):
@@ -298,12 +303,13 @@ def _check_arguments(partitions: Any, mode: str) -> None:
 # -- deciding ------------------------------------------------------------------------------------------------------
 def make_plan(topology: Topology, application_id: str, client_config: Mapping[str, Any], topics: Sequence[str],
               partitions: int, mode: str = "migrate", *, generations: Mapping[str, int] | None = None,
-              snapshot_location: str | None = None, application: str | None = None, now_ms: int | None = None,
+              placements: Mapping[str, str] | None = None, snapshot_location: str | None = None, application: str | None = None, now_ms: int | None = None,
               stale_after_s: float = STALE_AFTER_S) -> ScalingPlan:
     """The plan of taking the co-partition group that ``topics`` name (logical names) of ``application_id``
     (running ``topology``) to ``partitions`` partitions in ``mode`` (module doc). ``generations``: each logical
-    topic's current generation (the platform spec's map; default 1). ``snapshot_location``: where the platform's
-    compaction writes snapshots.
+    topic's current generation (the platform spec's map; default 1). ``placements``: store -> ``by-key``
+    (default), ``replicate`` or ``drop`` (:class:`~streaming.scaling.store_keys.Placement`: for Processor API stores
+    whose keys are not record keys). ``snapshot_location``: where the platform's compaction writes snapshots.
 
     Raises:
         ScalingError: bad input, or the cluster is not as the plan needs it (one line; nothing changed).
@@ -314,6 +320,7 @@ def make_plan(topology: Topology, application_id: str, client_config: Mapping[st
     config = dict(client_config)
     topology = topology.bind(application_id)
     group = choose_group(scaling_groups(topology, application_id), topics, application_id)
+    chosen = _placements(group, placements or {})
     current_generation = {t: (generations or {}).get(t, 1) for t in group.names()}
     physical = {t: generation_name(t, g) for t, g in current_generation.items()}
     new_generation = {t: g + 1 if mode == "migrate" else g for t, g in current_generation.items()}
@@ -342,6 +349,7 @@ def make_plan(topology: Topology, application_id: str, client_config: Mapping[st
     scaled = [_topic_scaling(member.topic, member.role, member.store, physical, new_physical, current_generation,
                              new_generation, partitions, observed) for member in group.topics]
     stores = [StoreScaling(t.store, layouts[t.store].kind.value, t.topic, layouts[t.store].subtopology, t.records,
+                           chosen.get(t.store, Placement.BY_KEY).value, list(layouts[t.store].processor_api),
                            layouts[t.store].note) for t in scaled if t.store is not None]
     rewrites = left_subscription_stores(topology, group)
     in_place = in_place_plan({t.physical: t.partitions for t in scaled},
@@ -349,13 +357,13 @@ def make_plan(topology: Topology, application_id: str, client_config: Mapping[st
         if mode == "in_place" else None
     snapshot_count = sum(len(ids) for ids in observed.snapshots.values())
     stages = _stages(scaled, stores, rewrites, partitions, in_place, snapshot_count)
-    reshard = sum(s.records for s in stores)
+    reshard = sum(s.records for s in stores if s.placement != Placement.DROP)
     if in_place is None:
         copy = sum(t.records for t in scaled if t.role in _READ_ROLES)
         downtime = FIXED_DOWNTIME_S + copy / COPY_RECORDS_PER_S + reshard / RESHARD_RECORDS_PER_S
     else:
         downtime = FIXED_DOWNTIME_S + reshard * (1 - in_place.kept_fraction) / RESHARD_RECORDS_PER_S
-    notes = _notes(scaled, mode)
+    notes = _notes(scaled, stores, chosen, mode)
     return ScalingPlan(application_id=application_id, group=group.name, joins=list(group.joins), mode=mode,
                        partitions=current, new_partitions=partitions, topics=scaled, stores=stores, stages=stages,
                        rewrites=rewrites, downtime_s=round(downtime, 1), observed=observed,
@@ -384,9 +392,9 @@ def _stages(scaled: list[TopicScaling], stores: list[StoreScaling], rewrites: li
         stages.append(Stage("commit-zero", "admin", f"commit offset 0 on {len(in_place.commit_zero)} new partitions "
                                                     f"before producers see them"))
         for s in stores:
-            stages.append(Stage("move-state", "spark", f"{by_topic[s.changelog].physical}: keys whose record key "
-                                                       f"({s.kind}) hashes to another partition move there (a "
-                                                       f"tombstone in the old one)", s.records))
+            stages.append(Stage("move-state", "spark", f"{by_topic[s.changelog].physical}: "
+                                                       f"{_IN_PLACE_MOVES[s.placement].format(kind=s.kind)}",
+                                s.records))
     else:
         stages.append(Stage("create", "admin", f"create {len(scaled)} topics of the new generation with "
                                                f"{partitions} partitions"))
@@ -397,9 +405,9 @@ def _stages(scaled: list[TopicScaling], stores: list[StoreScaling], rewrites: li
                                                      f"order with timestamps and headers", t.records))
         for s in stores:
             t = by_topic[s.changelog]
-            stages.append(Stage("reshard", "spark", f"{t.physical} -> {t.new_physical}: latest value per key "
-                                                    f"(snapshot + tail), record key by layout {s.kind}, murmur2 % "
-                                                    f"{partitions}; a snapshot per new partition", s.records))
+            what = _MIGRATE_MOVES[s.placement].format(kind=s.kind, n=partitions)
+            stages.append(Stage("reshard", "spark", f"{t.physical} -> {t.new_physical}: {what}",
+                                0 if s.placement == Placement.DROP else s.records))
     for store in rewrites:
         stages.append(Stage("rewrite", "spark", f"subscription store {store}: the left partition in each value "
                                                 f"becomes murmur2(left key) % {partitions}"))
@@ -408,7 +416,9 @@ def _stages(scaled: list[TopicScaling], stores: list[StoreScaling], rewrites: li
             stages.append(Stage("stream-time", "admin", f"{t.new_physical}: one record per task, the highest time "
                                                         f"of the old tasks"))
     stages.append(Stage("verify", "spark", "per store: key count and checksum of (key, value) equal before and "
-                                           "after; no key in two partitions", sum(s.records for s in stores)))
+                                           "after (replicated: of the distinct entries); by-key stores: every key "
+                                           "in its record key's partition, none in two",
+                        sum(s.records for s in stores if s.placement != Placement.DROP)))
     if in_place is None:
         stages.append(Stage("commit", "admin", "the group's offsets on the new generation at the copied ends"))
         stages.append(Stage("switch", "admin", "the platform spec names the new generation of every topic"))
@@ -417,8 +427,44 @@ def _stages(scaled: list[TopicScaling], stores: list[StoreScaling], rewrites: li
     return stages
 
 
-def _notes(scaled: list[TopicScaling], mode: str) -> list[str]:
+_MIGRATE_MOVES = {
+    Placement.BY_KEY: "latest value per key (snapshot + tail), record key by layout {kind}, murmur2 % {n}; a snapshot "
+                      "per new partition",
+    Placement.REPLICATE: "latest value per key (snapshot + tail), each copied to every new partition that receives "
+                         "keys of its old partition; a snapshot per new partition",
+    Placement.DROP: "not copied: the store starts empty",
+}
+_IN_PLACE_MOVES = {
+    Placement.BY_KEY: "keys whose record key ({kind}) hashes to another partition move there (a tombstone in the "
+                      "old one)",
+    Placement.REPLICATE: "each key copied to every new partition that receives keys of its partition",
+    Placement.DROP: "emptied (a tombstone per key)",
+}
+
+
+def _placements(group: ScalingGroup, placements: Mapping[str, str]) -> dict[str, Placement]:
+    stores = [t.store for t in group.topics if t.store]
+    chosen = {}
+    for store, placement in placements.items():
+        if store not in stores:
+            raise ScalingError(f"store {store!r} is not a store of co-partition group {group.name!r} (its stores: "
+                               f"{', '.join(stores) or 'none'})")
+        try:
+            chosen[store] = Placement(placement)
+        except ValueError:
+            raise ScalingError(f"placement of store {store!r} must be 'by-key', 'replicate' or 'drop', got "
+                               f"{placement!r}") from None
+    return chosen
+
+
+def _notes(scaled: list[TopicScaling], stores: list[StoreScaling], placements: Mapping[str, Placement],
+           mode: str) -> list[str]:
     notes = []
+    for s in stores:
+        if s.processor_api and s.store not in placements:
+            notes.append(f"store {s.store} is written by Processor API processor(s) {', '.join(s.processor_api)}: "
+                         f"re-sharded by its key as a record key; if its keys are not the record keys, choose the "
+                         f"placement 'replicate' or 'drop' for it")
     absent = [t.physical for t in scaled if t.partitions == 0]
     if absent:
         notes.append(f"not created yet (the runtime creates them with {scaled[0].new_partitions} partitions): "

@@ -11,6 +11,9 @@
   the key), each key to the partition of its record key (:func:`~streaming.scaling.store_keys.
   partition_key_function`), in serialized-key order as a snapshot lists it. A foreign-key subscription store whose
   left side is re-sharded gets the left partition in its values rewritten.
+- **Replicate** (:func:`replicate_store`): a store whose keys are not record keys (a Processor API store the
+  operator marks ``replicate``): each live entry of old partition ``p`` to every new partition that receives keys of
+  ``p`` (:func:`partition_targets`), so whichever task a record of that entry's key goes to finds it.
 - **Verify** (:func:`digest`, :func:`misplaced`): per store, the key count and the sum of
   :func:`~streaming.state.snapshots.row_checksum` (the snapshots' own checksum, which Spark computes too) equal
   before and after; every key in the partition its record key hashes to, and in one partition only.
@@ -21,12 +24,14 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from math import gcd
 
 from streaming.runtime.partitioning import partition_for_key
 from streaming.scaling.store_keys import StoreKind, partition_key_function, subscription_with_left_partition
 from streaming.state.snapshots import row_checksum
 
-__all__ = ["Digest", "Record", "digest", "interleave", "misplaced", "repartition", "reshard_store"]
+__all__ = ["Digest", "Record", "digest", "interleave", "misplaced", "partition_targets", "repartition",
+           "replicate_store", "reshard_store"]
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,33 @@ def reshard_store(partitions: Mapping[int, Iterable[Record]], kind: StoreKind | 
             value = subscription_with_left_partition(value, partition_for_key(left_key, left_partitions))
         result[partition_for_key(record_key(key), new)].append((key, value))
     return result
+
+
+def partition_targets(old: int, new: int) -> dict[int, list[int]]:
+    """For each of ``old`` partitions, the ones of ``new`` its keys hash to (up or down): a key with ``murmur2 % old
+    == p`` has ``murmur2 % new ≡ p (mod gcd(old, new))``, and every such partition receives some (Chinese
+    remainder theorem: murmur2 takes every value below 2^31, far above ``old * new``)."""
+    if old < 1 or new < 1:
+        raise ValueError(f"partition counts are 1 or more, got {old} -> {new}")
+    step = gcd(old, new)
+    return {p: list(range(p % step, new, step)) for p in range(old)}
+
+
+def replicate_store(partitions: Mapping[int, Iterable[Record]], old: int, new: int) -> dict[int, list[tuple[bytes,
+                                                                                                             bytes]]]:
+    """A store of ``old`` partitions in ``new`` by replication (module doc): the live entries of each old partition
+    (last record per key, tombstones dropped) in every partition of :func:`partition_targets`, in key order."""
+    targets = partition_targets(old, new)
+    result: dict[int, dict[bytes, bytes]] = {p: {} for p in range(new)}
+    for source, records in partitions.items():
+        latest: dict[bytes, bytes | None] = {}
+        for record in records:
+            if record.key is None:
+                raise ValueError(f"a changelog record without a key in partition {source}")
+            latest[record.key] = record.value
+        for target in targets[source]:
+            result[target].update((k, v) for k, v in latest.items() if v is not None)
+    return {p: sorted(rows.items()) for p, rows in result.items()}
 
 
 @dataclass(frozen=True)

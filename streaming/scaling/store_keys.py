@@ -28,8 +28,14 @@ partition_for_key`. The layouts are Brook's own (the same as Kafka Streams' wher
 
 Stream time is not a store: its topic has one record per task, keyed by the task id, and does not re-hash
 (:mod:`streaming.scaling.stream_time`). Global stores are read whole by every instance and are not re-sharded.
-A store the Processor API writes is assumed keyed by the record key (key-value, window or session by its
-builder), as Kafka Streams assumes when it restores a task's store from the task's changelog partition.
+
+A store a Processor API processor writes has the layout of its builder (key-value, window or session), but its key
+need not be the record key: the orders pipeline's ``order-ids`` window store is keyed by order id while its orders
+are partitioned by user. Nothing in the topology says which, so such a store is marked
+(``StoreLayout.processor_api``) and its :class:`Placement` is the operator's choice: ``by-key`` (the default: its
+keys are record keys, as Kafka Streams assumes when it restores a task's store from the task's partition),
+``replicate`` (each entry goes to every new partition that receives keys of its old partition: right whatever the
+key means, for caches such as a deduplication window, at the cost of copies) or ``drop`` (the store starts empty).
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from streaming.topology.nodes import ProcessorNodeDef
 from streaming.topology.topology import Topology
 from streaming.windows.serdes import SessionWindowedSerde, WindowedSerde
 
-__all__ = ["StoreKind", "StoreLayout", "partition_key_function", "store_layouts",
+__all__ = ["Placement", "StoreKind", "StoreLayout", "partition_key_function", "store_layouts",
            "subscription_with_left_partition"]
 
 _WINDOW_SUFFIX = 12  # window start + sequence number (streaming.state.window)
@@ -73,6 +79,14 @@ class StoreKind(StrEnum):
     SUPPRESS_TIME_WINDOWED = "suppress-time-windowed"
     SUPPRESS_SESSION_WINDOWED = "suppress-session-windowed"
     FK_SUBSCRIPTION = "fk-subscription"
+
+
+class Placement(StrEnum):
+    """Where a re-shard puts a store's entries (module doc)."""
+
+    BY_KEY = "by-key"
+    REPLICATE = "replicate"
+    DROP = "drop"
 
 
 def _suffix(size: int, what: str) -> Callable[[bytes], bytes]:
@@ -129,6 +143,8 @@ class StoreLayout:
     subtopology: int
     note: str = ""
     """What the store is, when the kind alone does not say (a join buffer, whose suppression)."""
+    processor_api: tuple[str, ...] = ()
+    """The Processor API processors that write the store: its keys are assumed to be record keys (module doc)."""
 
 
 def _kv_kind(topology: Topology, store: str) -> tuple[StoreKind, str]:
@@ -154,7 +170,8 @@ def _kv_kind(topology: Topology, store: str) -> tuple[StoreKind, str]:
 
 def store_layouts(topology: Topology) -> dict[str, StoreLayout]:
     """Every logged store of ``topology`` (the ones with a changelog to re-shard) and its layout, by name: window
-    and session stores by their builders, key-value stores by the DSL operator that uses them."""
+    and session stores by their builders, key-value stores by the DSL operator that uses them; the Processor API
+    processors that write each."""
     layouts = {}
     builders = topology.store_builders
     for sub in topology.subtopologies():
@@ -169,7 +186,9 @@ def store_layouts(topology: Topology) -> dict[str, StoreLayout]:
                 note = "a stream-stream join's buffer" if builder.supplier.retain_duplicates else ""
             else:
                 kind, note = _kv_kind(topology, store)
-            layouts[store] = StoreLayout(store, kind, sub.id, note)
+            writers = tuple(node.name for node in sub.nodes if isinstance(node, ProcessorNodeDef)
+                            and node.supplier is not None and store in node.stores)
+            layouts[store] = StoreLayout(store, kind, sub.id, note, writers)
     return layouts
 
 

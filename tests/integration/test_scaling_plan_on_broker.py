@@ -91,6 +91,13 @@ def test_the_migrate_plan_lists_the_group_its_new_generation_records_and_stages(
     # nothing was created or changed by the dry run
     assert partition_counts(bootstrap, [f"{clicks}.v2", clicks]) == {f"{clicks}.v2": None, clicks: 2}
 
+    # a store can start empty instead (placement 'drop'): nothing of it is read
+    dropped = make_plan(topology(clicks, views, ran["out"]), app, config, [clicks, views], 4,
+                        placements={"per-second": "drop"})
+    assert {s.store: s.placement for s in dropped.stores}["per-second"] == "drop"
+    assert dropped.records_to_reshard == plan.records_to_reshard - by_topic[changelogs[2]].records
+    assert [s.records for s in dropped.stages if s.name == "reshard"][2] == 0
+
     text = plan.to_json()
     assert ScalingPlan.from_json(text, "plan.json") == plan
     assert f'"new_physical": "{clicks}.v2"' in text and '"records_to_copy": 600' in text

@@ -13,9 +13,9 @@ from streaming.scaling.plan import check_counts, choose_group
 NOWHERE = {"bootstrap.servers": "127.0.0.1:1"}
 
 
-def refusal(topics: list[str], partitions: object, mode: str = "migrate") -> str:
+def refusal(topics: list[str], partitions: object, mode: str = "migrate", **options: object) -> str:
     with pytest.raises(ScalingError) as refused:
-        make_plan(orders_topology(), "o", NOWHERE, topics, partitions, mode)  # type: ignore[arg-type]
+        make_plan(orders_topology(), "o", NOWHERE, topics, partitions, mode, **options)  # type: ignore[arg-type]
     message = str(refused.value)
     assert "\n" not in message
     return message
@@ -65,3 +65,10 @@ def test_a_group_with_different_counts_the_same_count_and_removing_partitions_in
         "input topic 'users' of co-partition group 'orders' does not exist on the cluster"
     # internal topics not created yet do not count; the inputs give the group's count
     assert check_counts(group, physical, {"orders": 4, "users": 4}, 2, "migrate") == 4
+
+
+def test_placements_name_a_store_of_the_group_and_a_known_placement() -> None:
+    assert refusal(["orders", "users"], 4, placements={"items": "drop"}) == (
+        "store 'items' is not a store of co-partition group 'orders' (its stores: order-ids, users)")
+    assert refusal(["orders", "users"], 4, placements={"order-ids": "everywhere"}) == (
+        "placement of store 'order-ids' must be 'by-key', 'replicate' or 'drop', got 'everywhere'")

@@ -9,12 +9,23 @@ from typing import Any
 
 import pytest
 
-from streaming import JoinWindows, Materialized, Serdes, StreamsBuilder, TimeWindows, Topology
+from streaming import JoinWindows, Materialized, Serdes, Stores, StreamsBuilder, TimeWindows, Topology
 from streaming.dsl.foreign_key_join import decode_subscription
 from streaming.naming import changelog_topic
+from streaming.processor import Processor, ProcessorContext
+from streaming.processor import Record as ProcRecord
 from streaming.runtime.partitioning import partition_for_key
 from streaming.scaling import StoreKind, partition_key_function, store_layouts
-from streaming.scaling.reshard import Record, digest, interleave, misplaced, repartition, reshard_store
+from streaming.scaling.reshard import (
+    Record,
+    digest,
+    interleave,
+    misplaced,
+    partition_targets,
+    repartition,
+    replicate_store,
+    reshard_store,
+)
 from streaming.serdes import Serde
 from streaming.testing import TopologyTestDriver
 
@@ -145,3 +156,60 @@ def test_a_foreign_key_joins_subscriptions_follow_the_foreign_key_and_name_the_l
         assert partition == partition_for_key(left_key, 3)
     with pytest.raises(ValueError, match="left_partitions applies to a foreign-key subscription store"):
         reshard_store({0: [Record(b"k", b"v", 0)]}, StoreKind.KEY_VALUE, 2, left_partitions=2)
+
+
+# -- replicate: a Processor API store keyed by something else than the record key ------------------------------------
+class Deduplicate(Processor[str, Any]):
+    """The orders pipeline's pattern: orders keyed (and partitioned) by user, seen order ids kept in a window store
+    keyed by order id."""
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.seen = context.get_state_store("seen")
+
+    def process(self, record: ProcRecord[str, Any]) -> None:
+        order, ts = record.value["order"], record.timestamp
+        if next(iter(self.seen.fetch(order, ts - 1_000, ts)), None) is None:
+            self.seen.put(order, 1, ts)
+        self.context.forward(record)
+
+
+def test_replicating_a_store_keyed_by_order_id_keeps_every_id_where_its_users_records_go() -> None:
+    topology = Topology().add_source("orders", "orders", key_serde=String, value_serde=Json)
+    topology.add_processor("dedupe", Deduplicate, "orders")
+    topology.add_state_store(Stores.window_store_builder(Stores.persistent_window_store("seen", 100_000, 100_000),
+                                                         String, Serdes.Long()), "dedupe")
+    assert store_layouts(topology)["seen"].processor_api == ("dedupe",)
+    orders = {f"order-{i}": f"user-{i % 37}" for i in range(300)}
+    changelog: dict[int, list[Record]] = {0: [], 1: []}
+    with TopologyTestDriver(topology, {"application.id": APP}) as driver:
+        source = driver.create_input_topic("orders", String, Json)
+        for order, user in orders.items():
+            source.pipe_input(user, {"order": order}, timestamp=10)
+        for r in driver.create_output_topic(changelog_topic(APP, "seen"), Bytes, Bytes).read_records_to_list():
+            order = partition_key_function(StoreKind.WINDOW)(r.key).decode()
+            # a 2-partition app holds the id in the task of its order's user
+            changelog[partition_for_key(orders[order].encode(), 2)].append(Record(r.key, r.value, 10))
+    assert sum(map(len, changelog.values())) == len(orders)
+    for new in (4, 3, 1):
+        replicated = replicate_store(changelog, 2, new)
+        held = {p: {partition_key_function(StoreKind.WINDOW)(k).decode() for k, _ in rows}
+                for p, rows in replicated.items()}
+        for order, user in orders.items():  # the task a duplicate of the order goes to has its id
+            assert order in held[partition_for_key(user.encode(), new)], (order, new)
+        distinct = {row for rows in replicated.values() for row in rows}
+        assert digest(distinct) == digest(live_rows(changelog))
+    by_key = reshard_store(changelog, StoreKind.WINDOW, 4)  # what by-key would do: ids land by order id, not user
+    placed = {partition_key_function(StoreKind.WINDOW)(k).decode(): p for p, rows in by_key.items() for k, _ in rows}
+    assert any(placed[order] != partition_for_key(user.encode(), 4) for order, user in orders.items())
+
+
+def test_partition_targets_go_both_ways() -> None:
+    assert partition_targets(4, 2) == {0: [0], 1: [1], 2: [0], 3: [1]}
+    assert partition_targets(3, 2) == {0: [0, 1], 1: [0, 1], 2: [0, 1]}
+    assert partition_targets(2, 6) == {0: [0, 2, 4], 1: [1, 3, 5]}
+    rng = random.Random(7)
+    for _ in range(2_000):
+        key = rng.randbytes(8)
+        for old, new in ((4, 2), (3, 2), (6, 4), (2, 6)):
+            assert partition_for_key(key, new) in partition_targets(old, new)[partition_for_key(key, old)]

@@ -165,14 +165,23 @@ def test_foreign_key_subscriptions_map_to_the_foreign_key_and_carry_the_left_par
         assert decode_subscription(rewritten) == (instruction, partition_for_key(left_key, 4), hash_, left_key)
 
 
-def test_a_processor_api_store_is_key_value_and_unlogged_stores_are_not_resharded() -> None:
+def test_a_processor_api_store_is_marked_and_unlogged_stores_are_not_resharded() -> None:
     from streaming import Stores
     topology = Topology().add_source("src", "in")
     topology.add_processor("p", lambda: None, "src")
     topology.add_state_store(Stores.key_value_store_builder(Stores.persistent_key_value_store("kept")), "p")
     topology.add_state_store(Stores.key_value_store_builder(Stores.in_memory_key_value_store("lost"))
                              .with_logging_disabled(), "p")
-    assert {s: layout.kind for s, layout in store_layouts(topology).items()} == {"kept": StoreKind.KEY_VALUE}
+    assert {s: (layout.kind, layout.processor_api) for s, layout in store_layouts(topology).items()} == {
+        "kept": (StoreKind.KEY_VALUE, ("p",))}
+
+
+def test_the_orders_pipelines_dedupe_store_is_marked_as_written_by_the_processor_api() -> None:
+    """Its keys are order ids, its records partitioned by user: only the operator can say how it re-shards."""
+    from apps.orders import topology as orders_topology
+    layouts = store_layouts(orders_topology())
+    assert (layouts["order-ids"].kind, layouts["order-ids"].processor_api) == (StoreKind.WINDOW, ("dedupe",))
+    assert all(not layout.processor_api for name, layout in layouts.items() if name != "order-ids")
 
 
 @pytest.mark.parametrize(("kind", "key"), [(StoreKind.WINDOW, b"x" * 11), (StoreKind.SESSION, b"x" * 15),
