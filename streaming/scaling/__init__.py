@@ -8,14 +8,14 @@
 - :mod:`streaming.scaling.reshard`: a migration's pure steps (copy, re-shard, verify), for the Spark job;
 - :mod:`streaming.scaling.plan`: the dry run's plan (a table and JSON), and the refusals.
 
-The platform's scaling job (``assets/scaling/``) executes a plan; DESIGN.md ("The platform") and issue 18 describe
-the whole.
+The platform's scaling job executes a plan through these pure functions; DESIGN.md ("The platform") and issue 18
+describe the whole.
 """
 
 from streaming.scaling.errors import ScalingError
 from streaming.scaling.groups import GroupTopic, ScalingGroup, scaling_groups
 from streaming.scaling.plan import ScalingPlan, make_plan
-from streaming.scaling.store_keys import StoreKind, StoreLayout, partition_key_function, store_layouts
+from streaming.scaling.store_keys import Placement, StoreKind, StoreLayout, partition_key_function, store_layouts
 
-__all__ = ["GroupTopic", "ScalingError", "ScalingGroup", "ScalingPlan", "StoreKind", "StoreLayout", "make_plan",
-           "partition_key_function", "scaling_groups", "store_layouts"]
+__all__ = ["GroupTopic", "Placement", "ScalingError", "ScalingGroup", "ScalingPlan", "StoreKind", "StoreLayout",
+           "make_plan", "partition_key_function", "scaling_groups", "store_layouts"]

@@ -15,14 +15,16 @@ Modes:
   ``<logical>.v<n>``) with N partitions. Spark copies the records of the inputs, intermediate and repartition
   topics, re-partitioned by murmur2 on the serialized key, each key's records in their order with their
   timestamps and headers; re-shards every store's changelog by the record key of its layout
-  (:mod:`streaming.scaling.store_keys`) and writes a snapshot per new partition; writes the new tasks' stream
-  time (:mod:`streaming.scaling.stream_time`); verifies; then the group's offsets are committed at the copied ends
-  and the platform spec names the new generation. Scaling down works the same way.
+  (:mod:`streaming.scaling.store_keys`; a Processor API store by the placement chosen for it, the plan notes each)
+  and writes a snapshot per new partition; writes the new tasks' stream time (:mod:`streaming.scaling.stream_time`);
+  verifies; then the group's offsets are committed at the copied ends and the platform spec names the new
+  generation. Scaling down works the same way.
 - ``in_place`` (CreatePartitions, Kafka only; grows only): :mod:`streaming.scaling.in_place`.
 
 Refusals (module :class:`ScalingError`, one line each): a partition count under 1 or equal to the group's; a mode
 that is neither; a request naming only part of a co-partition group, or topics of several; a group whose topics
 have different counts (any N would leave it split); a missing input; a new generation's topic that already exists;
+a placement for a store not in the group, or an unknown placement;
 ``in_place`` that would remove partitions, or on a broker without CreatePartitions (naming the broker; ``migrate``
 works there). And, as a reset, any live instance of the application
 (:func:`streaming.runtime.membership.refuse_while_alive`, :class:`~streaming.runtime.membership.LiveWorkersError`),
