@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streaming.dsl.foreign_key_join import SubscriptionReceive, SubscriptionSend
+from streaming.dsl.foreign_key_join import SubscriptionReceive, SubscriptionSend, response_partition
 from streaming.naming import changelog_topic
 from streaming.runtime.stream_time import stream_time_topics
 from streaming.topology.nodes import ProcessorNodeDef, SinkNodeDef
 from streaming.topology.topology import Topology
 
-__all__ = ["GroupTopic", "ScalingGroup", "left_subscription_stores", "scaling_groups"]
+__all__ = ["GroupTopic", "ScalingGroup", "custom_partitioned", "left_subscription_stores", "scaling_groups"]
 
 #: The roles of a group's topics, in the order plans list them.
 ROLES = ("input", "intermediate", "repartition", "changelog", "stream-time")
@@ -149,3 +149,19 @@ def left_subscription_stores(topology: Topology, group: ScalingGroup) -> list[st
                     if isinstance(operator, SubscriptionReceive):
                         stores.append(operator.store_name)
     return sorted(set(stores))
+
+
+def custom_partitioned(topology: Topology, group: ScalingGroup) -> list[tuple[str, str]]:
+    """``(topic, sink)`` for each of ``group``'s topics that a sink of ``topology`` writes with its own partitioner
+    (``to(..., partitioner=)``, ``repartition(partitioner=)``): its readers' state is partitioned the way that
+    partitioner chose, which a re-shard by murmur2 cannot reproduce. A foreign-key join's response sink is not one:
+    it sends an answer to the partition its subscription names, which a re-shard rewrites
+    (:func:`left_subscription_stores`)."""
+    topics = set(group.names("input", "intermediate", "repartition"))
+    found = []
+    for sub in topology.subtopologies():
+        for node in sub.nodes:
+            if isinstance(node, SinkNodeDef) and node.topic in topics and node.partitioner is not None \
+                    and node.partitioner is not response_partition:
+                found.append((node.topic, node.name))
+    return sorted(found)

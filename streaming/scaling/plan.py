@@ -24,7 +24,8 @@ Modes:
 Refusals (module :class:`ScalingError`, one line each): a partition count under 1 or equal to the group's; a mode
 that is neither; a request naming only part of a co-partition group, or topics of several; a group whose topics
 have different counts (any N would leave it split); a missing input; a new generation's topic that already exists;
-a placement for a store not in the group, or an unknown placement;
+a placement for a store not in the group, or an unknown placement; a topic of the group written with a custom
+partitioner;
 ``in_place`` that would remove partitions, or on a broker without CreatePartitions (naming the broker; ``migrate``
 works there). And, as a reset, any live instance of the application
 (:func:`streaming.runtime.membership.refuse_while_alive`, :class:`~streaming.runtime.membership.LiveWorkersError`),
@@ -57,7 +58,7 @@ from streaming.runtime.cluster import cluster_metadata
 from streaming.runtime.membership import STALE_AFTER_S, refuse_while_alive
 from streaming.scaling.cluster import create_partitions_refusal
 from streaming.scaling.errors import ScalingError
-from streaming.scaling.groups import ScalingGroup, left_subscription_stores, scaling_groups
+from streaming.scaling.groups import ScalingGroup, custom_partitioned, left_subscription_stores, scaling_groups
 from streaming.scaling.in_place import InPlacePlan, in_place_plan
 from streaming.scaling.store_keys import Placement, store_layouts
 from streaming.topology.topology import Topology
@@ -323,6 +324,12 @@ def make_plan(topology: Topology, application_id: str, client_config: Mapping[st
     topology = topology.bind(application_id)
     group = choose_group(scaling_groups(topology, application_id), topics, application_id)
     chosen = _placements(group, placements or {})
+    partitioned = custom_partitioned(topology, group)
+    if partitioned:
+        topic, sink = partitioned[0]
+        raise ScalingError(f"topic {topic!r} of co-partition group {group.name!r} is written by sink {sink!r} with its "
+                           f"own partitioner: its readers' state follows that partitioner, which a re-shard by murmur2 "
+                           f"cannot reproduce; scaling this group is not supported")
     current_generation = {t: (generations or {}).get(t, 1) for t in group.names()}
     physical = {t: generation_name(t, g) for t, g in current_generation.items()}
     new_generation = {t: g + 1 if mode == "migrate" else g for t, g in current_generation.items()}

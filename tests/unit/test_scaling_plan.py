@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 from apps.orders import topology as orders_topology
+from streaming import Serdes, StreamsBuilder
+from streaming.runtime.cluster import ClusterUnreachableError
 from streaming.scaling import ScalingError, make_plan, scaling_groups
 from streaming.scaling.plan import check_counts, choose_group
 
@@ -72,3 +74,19 @@ def test_placements_name_a_store_of_the_group_and_a_known_placement() -> None:
         "store 'items' is not a store of co-partition group 'orders' (its stores: order-ids, users)")
     assert refusal(["orders", "users"], 4, placements={"order-ids": "everywhere"}) == (
         "placement of store 'order-ids' must be 'by-key', 'replicate' or 'drop', got 'everywhere'")
+
+
+def test_a_group_fed_through_a_custom_partitioner_is_refused() -> None:
+    builder = StreamsBuilder()
+    builder.stream("in", key_serde=Serdes.String(), value_serde=Serdes.String()) \
+        .repartition(partitioner=lambda topic, key, value, n: 0, name="all-in-one").group_by_key().count("c")
+    topology = builder.build()
+    with pytest.raises(ScalingError) as refused:
+        make_plan(topology, "app", NOWHERE, ["app-all-in-one-repartition"], 4)
+    assert str(refused.value) == (
+        "topic 'app-all-in-one-repartition' of co-partition group 'app-all-in-one-repartition' is written by sink "
+        "'all-in-one-repartition-sink' with its own partitioner: its readers' state follows that partitioner, which a "
+        "re-shard by murmur2 cannot reproduce; scaling this group is not supported")
+    # the input's own group has no such writer: the plan goes on to ask the cluster (here, nothing listens)
+    with pytest.raises(ClusterUnreachableError, match="cannot reach the Kafka cluster"):
+        make_plan(topology, "app", NOWHERE, ["in"], 4)
