@@ -77,9 +77,10 @@ def repartition(partitions: Sequence[Iterable[Record]], new: int) -> list[list[R
 
 
 def reshard_store(partitions: Mapping[int, Iterable[Record]], kind: StoreKind | str, new: int, *,
-                  left_partitions: int | None = None) -> dict[int, list[tuple[bytes, bytes]]]:
-    """A store's state in ``new`` partitions: ``(key, value)`` per new partition in key order, from its changelog
-    (old partition -> records in offset order; a snapshot's rows first, then the tail). ``left_partitions``: for a
+                  left_partitions: int | None = None) -> dict[int, list[Record]]:
+    """A store's state in ``new`` partitions: its live records per new partition in key order, each with the
+    timestamp and headers of its last changelog record (a timestamped store restores the value's timestamp from
+    it), from its changelog (old partition -> records in offset order; a snapshot's rows first, then the tail). ``left_partitions``: for a
     foreign-key subscription store, the left side's new partition count (its values then name the left row's new
     partition).
 
@@ -88,7 +89,7 @@ def reshard_store(partitions: Mapping[int, Iterable[Record]], kind: StoreKind | 
             random), or a key too short for ``kind``.
     """
     record_key = partition_key_function(kind)
-    latest: dict[bytes, bytes | None] = {}
+    latest: dict[bytes, Record] = {}
     home: dict[bytes, int] = {}
     for old, records in partitions.items():
         for record in records:
@@ -98,10 +99,11 @@ def reshard_store(partitions: Mapping[int, Iterable[Record]], kind: StoreKind | 
             if seen != old:
                 raise ValueError(f"changelog key {record.key[:60]!r} is in partitions {seen} and {old}: a store's key "
                                  f"belongs to one task")
-            latest[record.key] = record.value
-    result: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in range(new)}
+            latest[record.key] = record
+    result: dict[int, list[Record]] = {p: [] for p in range(new)}
     for key in sorted(latest):
-        value = latest[key]
+        record = latest[key]
+        value = record.value
         if value is None:
             continue
         if left_partitions is not None:
@@ -109,7 +111,7 @@ def reshard_store(partitions: Mapping[int, Iterable[Record]], kind: StoreKind | 
                 raise ValueError(f"left_partitions applies to a foreign-key subscription store, not a {kind} store")
             left_key = key[4 + len(record_key(key)):]
             value = subscription_with_left_partition(value, partition_for_key(left_key, left_partitions))
-        result[partition_for_key(record_key(key), new)].append((key, value))
+        result[partition_for_key(record_key(key), new)].append(Record(key, value, record.timestamp, record.headers))
     return result
 
 
@@ -123,21 +125,20 @@ def partition_targets(old: int, new: int) -> dict[int, list[int]]:
     return {p: list(range(p % step, new, step)) for p in range(old)}
 
 
-def replicate_store(partitions: Mapping[int, Iterable[Record]], old: int, new: int) -> dict[int, list[tuple[bytes,
-                                                                                                             bytes]]]:
-    """A store of ``old`` partitions in ``new`` by replication (module doc): the live entries of each old partition
+def replicate_store(partitions: Mapping[int, Iterable[Record]], old: int, new: int) -> dict[int, list[Record]]:
+    """A store of ``old`` partitions in ``new`` by replication (module doc): the live records of each old partition
     (last record per key, tombstones dropped) in every partition of :func:`partition_targets`, in key order."""
     targets = partition_targets(old, new)
-    result: dict[int, dict[bytes, bytes]] = {p: {} for p in range(new)}
+    result: dict[int, dict[bytes, Record]] = {p: {} for p in range(new)}
     for source, records in partitions.items():
-        latest: dict[bytes, bytes | None] = {}
+        latest: dict[bytes, Record] = {}
         for record in records:
             if record.key is None:
                 raise ValueError(f"a changelog record without a key in partition {source}")
-            latest[record.key] = record.value
+            latest[record.key] = record
         for target in targets[source]:
-            result[target].update((k, v) for k, v in latest.items() if v is not None)
-    return {p: sorted(rows.items()) for p, rows in result.items()}
+            result[target].update((k, r) for k, r in latest.items() if r.value is not None)
+    return {p: [rows[k] for k in sorted(rows)] for p, rows in result.items()}
 
 
 @dataclass(frozen=True)
@@ -149,23 +150,29 @@ class Digest:
     checksum: int
 
 
-def digest(rows: Iterable[tuple[bytes, bytes]]) -> Digest:
-    """The :class:`Digest` of ``(key, value)`` rows (a store's live keys: no tombstones)."""
+def digest(rows: Iterable[Record]) -> Digest:
+    """The :class:`Digest` of a store's live records (keys and values, no tombstones)."""
     keys = checksum = 0
-    for key, value in rows:
+    for row in rows:
+        if row.key is None or row.value is None:
+            raise ValueError(f"a store's live record has a key and a value, got {row!r}")
         keys += 1
-        checksum += row_checksum(key, value)
+        checksum += row_checksum(row.key, row.value)
     return Digest(keys, checksum)
 
 
-def misplaced(partitions: Mapping[int, Iterable[tuple[bytes, bytes]]], kind: StoreKind | str, count: int) -> list[str]:
+def misplaced(partitions: Mapping[int, Iterable[Record]], kind: StoreKind | str, count: int) -> list[str]:
     """What is wrong with a re-sharded store of ``count`` partitions, one phrase each: a key in a partition its
     record key does not hash to, a key in two partitions. Empty: every key is where a task will look for it."""
     record_key = partition_key_function(kind)
     problems = []
     home: dict[bytes, int] = {}
     for partition, rows in partitions.items():
-        for key, _ in rows:
+        for row in rows:
+            key = row.key
+            if key is None:
+                problems.append(f"a record without a key in partition {partition}")
+                continue
             if key in home:
                 problems.append(f"key {key[:60]!r} is in partitions {home[key]} and {partition}")
                 continue

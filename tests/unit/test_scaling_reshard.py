@@ -5,6 +5,7 @@ stores' changelogs (a windowed count, a stream-stream join's buffers, a foreign-
 from __future__ import annotations
 
 import random
+from dataclasses import astuple
 from typing import Any
 
 import pytest
@@ -86,13 +87,14 @@ def two_partition_changelogs(topology: Topology, pipe: dict[str, list[tuple[str,
     return result
 
 
-def live_rows(changelog: dict[int, list[Record]]) -> list[tuple[bytes, bytes]]:
-    latest: dict[bytes, bytes | None] = {}
+def live_rows(changelog: dict[int, list[Record]]) -> list[Record]:
+    """The last record of every key that is not a tombstone."""
+    latest: dict[bytes, Record] = {}
     for records in changelog.values():
         for r in records:
             assert r.key is not None
-            latest[r.key] = r.value
-    return [(k, v) for k, v in latest.items() if v is not None]
+            latest[r.key] = r
+    return [r for r in latest.values() if r.value is not None]
 
 
 def test_windowed_counts_and_join_buffers_reshard_with_equal_digests_and_every_key_in_place() -> None:
@@ -114,7 +116,9 @@ def test_windowed_counts_and_join_buffers_reshard_with_equal_digests_and_every_k
             after = reshard_store(changelog, kind, new)
             assert digest(row for rows in after.values() for row in rows) == digest(before), (store, new)
             assert misplaced(after, kind, new) == []
-            assert all(rows == sorted(rows) for rows in after.values())
+            assert all([r.key for r in rows] == sorted(r.key or b"" for r in rows) for rows in after.values())
+            # each key keeps its last changelog record's value and timestamp (a restore reads the timestamp)
+            assert {r for rows in after.values() for r in rows} == set(before)
         assert digest(before).keys > 0, store
 
 
@@ -122,10 +126,11 @@ def test_verification_finds_a_misplaced_key_and_a_key_in_two_partitions() -> Non
     key = b"user-7"
     home = partition_for_key(key, 4)
     other = (home + 1) % 4
-    assert misplaced({home: [(key, b"1")]}, StoreKind.KEY_VALUE, 4) == []
-    assert misplaced({other: [(key, b"1")]}, StoreKind.KEY_VALUE, 4) == [
+    row = Record(key, b"1", 0)
+    assert misplaced({home: [row]}, StoreKind.KEY_VALUE, 4) == []
+    assert misplaced({other: [row]}, StoreKind.KEY_VALUE, 4) == [
         f"key b'user-7' is in partition {other}, its record key hashes to {home}"]
-    assert misplaced({home: [(key, b"1")], other: [(key, b"1")]}, StoreKind.KEY_VALUE, 4)[0] == \
+    assert misplaced({home: [row], other: [row]}, StoreKind.KEY_VALUE, 4)[0] == \
         f"key b'user-7' is in partitions {home} and {other}"
     with pytest.raises(ValueError, match="is in partitions 0 and 1: a store's key belongs to one task"):
         reshard_store({0: [Record(key, b"1", 0)], 1: [Record(key, b"2", 0)]}, StoreKind.KEY_VALUE, 4)
@@ -134,7 +139,7 @@ def test_verification_finds_a_misplaced_key_and_a_key_in_two_partitions() -> Non
 def test_tombstones_drop_keys_and_the_last_value_wins() -> None:
     changelog = {0: [Record(b"a", b"1", 0), Record(b"b", b"1", 0), Record(b"a", None, 1), Record(b"b", b"2", 2)]}
     after = reshard_store(changelog, StoreKind.KEY_VALUE, 2)
-    assert [row for rows in after.values() for row in rows] == [(b"b", b"2")]
+    assert [row for rows in after.values() for row in rows] == [Record(b"b", b"2", 2)]
 
 
 def test_a_foreign_key_joins_subscriptions_follow_the_foreign_key_and_name_the_left_rows_new_partition() -> None:
@@ -150,7 +155,7 @@ def test_a_foreign_key_joins_subscriptions_follow_the_foreign_key_and_name_the_l
     assert misplaced(after, StoreKind.FK_SUBSCRIPTION, 4) == []
     rows = [row for rows in after.values() for row in rows]
     assert len(rows) == 80
-    for key, value in rows:
+    for key, value, _, _ in map(astuple, rows):
         _, partition, _, left_key = decode_subscription(value)
         assert left_key.startswith(b"order-") and key.endswith(left_key)
         assert partition == partition_for_key(left_key, 3)
@@ -193,14 +198,15 @@ def test_replicating_a_store_keyed_by_order_id_keeps_every_id_where_its_users_re
     assert sum(map(len, changelog.values())) == len(orders)
     for new in (4, 3, 1):
         replicated = replicate_store(changelog, 2, new)
-        held = {p: {partition_key_function(StoreKind.WINDOW)(k).decode() for k, _ in rows}
+        held = {p: {partition_key_function(StoreKind.WINDOW)(r.key).decode() for r in rows if r.key}
                 for p, rows in replicated.items()}
         for order, user in orders.items():  # the task a duplicate of the order goes to has its id
             assert order in held[partition_for_key(user.encode(), new)], (order, new)
         distinct = {row for rows in replicated.values() for row in rows}
         assert digest(distinct) == digest(live_rows(changelog))
     by_key = reshard_store(changelog, StoreKind.WINDOW, 4)  # what by-key would do: ids land by order id, not user
-    placed = {partition_key_function(StoreKind.WINDOW)(k).decode(): p for p, rows in by_key.items() for k, _ in rows}
+    placed = {partition_key_function(StoreKind.WINDOW)(r.key).decode(): p for p, rows in by_key.items() for r in rows
+              if r.key}
     assert any(placed[order] != partition_for_key(user.encode(), 4) for order, user in orders.items())
 
 
