@@ -58,7 +58,13 @@ from streaming.runtime.cluster import cluster_metadata
 from streaming.runtime.membership import STALE_AFTER_S, refuse_while_alive
 from streaming.scaling.cluster import create_partitions_refusal
 from streaming.scaling.errors import ScalingError
-from streaming.scaling.groups import ScalingGroup, custom_partitioned, left_subscription_stores, scaling_groups
+from streaming.scaling.groups import (
+    GroupTopic,
+    ScalingGroup,
+    custom_partitioned,
+    left_subscription_stores,
+    scaling_groups,
+)
 from streaming.scaling.in_place import InPlacePlan, in_place_plan
 from streaming.scaling.store_keys import Placement, store_layouts
 from streaming.topology.topology import Topology
@@ -77,8 +83,9 @@ _READ_ROLES = ("input", "intermediate", "repartition")
 @dataclass(frozen=True)
 class TopicScaling:
     """One topic of the group: logical name, role, current and new physical name, generation and partition count
-    (0: it does not exist yet, the runtime has not created it), and per current partition its first and end offset
-    and the group's committed offset (None: none committed; topics the app does not read have none)."""
+    (0: it does not exist yet, the runtime has not created it), per current partition its first and end offset and
+    the group's committed offset (None: none committed; topics the app does not read have none), its store (a
+    changelog) and sub-topology."""
 
     topic: str
     role: str
@@ -92,6 +99,8 @@ class TopicScaling:
     end: list[int]
     committed: list[int | None]
     store: str | None = None
+    subtopology: int | None = None
+    """The sub-topology that reads the topic or owns it (None: a topic only a join ties to the group)."""
 
     @property
     def records(self) -> int:
@@ -355,8 +364,8 @@ def make_plan(topology: Topology, application_id: str, client_config: Mapping[st
                            [t.store for t in group.topics if t.store])
     except ResetError as exc:
         raise ScalingError(str(exc)) from None
-    scaled = [_topic_scaling(member.topic, member.role, member.store, physical, new_physical, current_generation,
-                             new_generation, partitions, observed) for member in group.topics]
+    scaled = [_topic_scaling(member, physical, new_physical, current_generation, new_generation, partitions, observed)
+              for member in group.topics]
     stores = [StoreScaling(t.store, layouts[t.store].kind.value, t.topic, layouts[t.store].subtopology, t.records,
                            chosen.get(t.store, Placement.BY_KEY).value, list(layouts[t.store].processor_api),
                            layouts[t.store].note) for t in scaled if t.store is not None]
@@ -380,14 +389,16 @@ def make_plan(topology: Topology, application_id: str, client_config: Mapping[st
                        .replace("+00:00", "Z"), in_place=in_place, application=application, notes=notes)
 
 
-def _topic_scaling(topic: str, role: str, store: str | None, physical: Mapping[str, str],
-                   new_physical: Mapping[str, str], generation: Mapping[str, int], new_generation: Mapping[str, int],
-                   partitions: int, observed: Observation) -> TopicScaling:
+def _topic_scaling(member: GroupTopic, physical: Mapping[str, str], new_physical: Mapping[str, str],
+                   generation: Mapping[str, int], new_generation: Mapping[str, int], partitions: int,
+                   observed: Observation) -> TopicScaling:
+    topic = member.topic
     shape = observed.topics[physical[topic]]
-    committed = [observed.committed.get(f"{physical[topic]}[{p}]") if role in _READ_ROLES else None
+    committed = [observed.committed.get(f"{physical[topic]}[{p}]") if member.role in _READ_ROLES else None
                  for p in range(shape["partitions"])]
-    return TopicScaling(topic, role, physical[topic], generation[topic], new_physical[topic], new_generation[topic],
-                        shape["partitions"], partitions, list(shape["earliest"]), list(shape["end"]), committed, store)
+    return TopicScaling(topic, member.role, physical[topic], generation[topic], new_physical[topic],
+                        new_generation[topic], shape["partitions"], partitions, list(shape["earliest"]),
+                        list(shape["end"]), committed, member.store, member.subtopology)
 
 
 def _stages(scaled: list[TopicScaling], stores: list[StoreScaling], rewrites: list[str], partitions: int,

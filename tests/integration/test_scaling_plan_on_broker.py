@@ -1,7 +1,7 @@
 """The scaling plan on the embedded broker (issue 18): a windowed count and a stream-stream join run for real, then
 the dry run of taking their co-partition group from 2 to 4 partitions: every topic with its counts and the new
 generation's names, the records to copy and re-shard as read from the topics themselves, the stages, the JSON and
-the table. And the refusals that need the cluster, each one line with nothing changed: in_place on a broker
+the table; the new tasks' stream-time records written from the old tasks'. And the refusals that need the cluster, each one line with nothing changed: in_place on a broker
 without CreatePartitions, a live worker, a new generation that already exists, an input of the current generation
 that does not exist."""
 
@@ -13,10 +13,12 @@ from dataclasses import dataclass
 
 import pytest
 
+from assets.scaling.stages import write_stream_time
 from streaming import JoinWindows, KafkaStreams, Materialized, Serdes, StreamsBuilder, TimeWindows, Topology
 from streaming.admin import create_topics, partition_counts
 from streaming.naming import changelog_topic, stream_time_topic
 from streaming.runtime.membership import LiveWorkersError
+from streaming.runtime.stream_time import decode_record
 from streaming.scaling import ScalingError, ScalingPlan, make_plan
 from streaming.testing.kafka import group_lag, produce, read_topic, wait_for
 
@@ -150,3 +152,31 @@ def test_a_live_worker_is_refused_by_name(bootstrap: str, ran: dict[str, str]) -
     message = str(refusal.value)
     assert message.startswith(f"cannot scale application '{ran['app']}': 1 instance(s) of application "
                               f"'{ran['app']}' are alive: ") and "\n" not in message
+
+
+def test_every_new_task_gets_the_highest_stream_time_of_the_old_tasks(bootstrap: str, ran: dict[str, str]) -> None:
+    clicks, views = ran["clicks"], ran["views"]
+    config = {"bootstrap.servers": bootstrap}
+    plan = make_plan(topology(clicks, views, ran["out"]), ran["app"], config, [clicks, views], 4)
+    topic = next(t for t in plan.topics if t.role == "stream-time")
+    old = {r.key: decode_record(r.value, "old") for r in read_topic(bootstrap, topic.physical, Bytes, Bytes, 2)}
+    assert sorted(old) == [b"0_0", b"0_1"]  # the last record of each old task
+    highest = {t: max(ts for record in old.values() for (name, _), (ts, _) in record.partitions.items() if name == t)
+               for t in (clicks, views)}
+    assert highest == {clicks: 1_299, views: 1_299}
+    nodes: dict[str, int] = {}
+    for record in old.values():
+        for node, ts in record.observed.items():
+            nodes[node] = max(nodes.get(node, -1), ts)
+    create_topics(bootstrap, {topic.new_physical: 4})
+    committed = {(f"{t}.v2", p): 100 * p + i for i, t in enumerate((clicks, views)) for p in range(4)}
+    assert write_stream_time(config, plan, topic, committed) == {p: f"0_{p}".encode() for p in range(4)}
+    new = read_topic(bootstrap, topic.new_physical, Bytes, Bytes, 4)
+    assert sorted((r.partition, r.key) for r in new) == [(p, f"0_{p}".encode()) for p in range(4)]
+    for r in new:
+        record = decode_record(r.value, "new")
+        assert record.partitions == {(f"{t}.v2", r.partition): (highest[t], committed[(f"{t}.v2", r.partition)])
+                                     for t in (clicks, views)}
+        assert record.observed == nodes
+    with pytest.raises(ScalingError, match="is not a stream-time topic of the plan"):
+        write_stream_time(config, plan, plan.topics[0], committed)
