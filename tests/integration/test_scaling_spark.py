@@ -1,6 +1,7 @@
 """The Spark work of a migration (issue 18) on the embedded broker: a counting app (a count and a windowed count)
 runs on 2 partitions; the dry run plans 2 -> 4; Spark copies the input and re-shards both changelogs into the new
-generation; then the same from 4 to 2 (generation 3). Each time: every input record is in the partition murmur2
+generation, and the group's offsets are committed at the copied ends; then the same from 4 to 2 (generation 3), whose
+plan sees generation 2 fully consumed. Each time: every input record is in the partition murmur2
 gives its key, each key's records in their order with their timestamps and headers; every store key is in the
 partition of its record key with its last value and timestamp; the re-shard's own verification agrees."""
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from assets.scaling.migrate import copy_topic, reshard_changelog
+from assets.scaling.stages import commit_offsets
 from streaming import KafkaStreams, Materialized, Serdes, StreamsBuilder, TimeWindows, Topology
 from streaming.admin import create_topics
 from streaming.runtime.partitioning import partition_for_key
@@ -78,6 +80,10 @@ def migrate(spark: SparkSession, bootstrap: str, plan: ScalingPlan) -> None:
     for topic in plan.topics:
         if topic.role == "input":
             ends = copy_topic(spark, config, topic)
+            # the group's offsets at the copied ends: nothing copied is processed again
+            offsets = {(topic.new_physical, p): end for p, end in enumerate(ends)}
+            assert commit_offsets(config, plan.application_id, offsets) == {
+                f"{topic.new_physical}[{p}]": end for p, end in enumerate(ends)}
             old = by_key(read_topic(bootstrap, topic.physical, Bytes, Bytes, topic.partitions))
             new = by_key(read_topic(bootstrap, topic.new_physical, Bytes, Bytes, n))
             assert sum(ends) == topic.records == 2_000
@@ -115,6 +121,7 @@ def test_a_counting_app_migrates_from_2_to_4_partitions_and_back_to_2(spark: Spa
     generations = {t.topic: t.new_generation for t in up.topics}
     down = make_plan(topology(words), app, {"bootstrap.servers": bootstrap}, [words], 2, generations=generations)
     assert (down.partitions, down.new_partitions) == (4, 2)
+    assert next(t for t in down.topics if t.role == "input").undrained == 0  # committed at the copied ends
     assert {t.new_physical for t in down.topics if t.role != "stream-time"} == \
         {f"{words}.v3", f"{app}-counts-changelog.v3", f"{app}-per-second-changelog.v3"}
     migrate(spark, bootstrap, down)
