@@ -15,9 +15,9 @@ count and the sum of :func:`~streaming.state.snapshots.row_checksum` of the old 
 of the new one, no key is in a partition its record key does not hash to, and none is in two. A foreign-key
 subscription store whose left side moves has its values rewritten: only its key count is compared.
 
-Not here yet: the ``replicate`` placement (refused, naming the store), the new snapshots (the platform's
-compaction of the new changelogs makes them, once the reset epoch retired the old ones), the stream-time records
-(:mod:`streaming.scaling.stream_time`), and the admin stages around (drain, create, commit, switch, epoch).
+The stream-time and commit stages are in :mod:`assets.scaling.stages`. Not here yet: the ``replicate`` placement
+(refused, naming the store), the new snapshots (the platform's compaction of the new changelogs makes them, once the
+reset epoch retired the old ones), the other stages (drain, create, switch, epoch) and the Dagster job.
 """
 
 from __future__ import annotations
