@@ -5,7 +5,7 @@ Built from small modules: the platform spec (``platform_spec``, checked against 
 changelog compaction into snapshots (``compaction``), the daily topic archive (``archive``), Great
 Expectations checks on it (``quality``), each app reprocessed in batch over the archive (``reprocess``), the
 schedules (``automation``), the changelog-growth compaction sensor (``compaction_growth``), the recompute sensor and the daily reprocess schedule (``reprocess.automation``) and
-a reset job per app (``reset``). Scaling is planned and will join this ``dg.Definitions``.
+a reset job per app (``reset``) and a scaling job per app (``scaling``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from assets.reprocess import reprocess_assets, reprocess_checks
 from assets.reprocess.automation import reprocess_automation
 from assets.reset.jobs import reset_definitions
 from assets.resources import PlatformResource, kafka_resource, spark_resource
+from assets.scaling.jobs import scale_definitions
 from assets.topics import topic_asset_specs
 
 spec_path = find_spec_path()
@@ -53,4 +54,4 @@ defs = dg.Definitions(
 )
 
 # Application resets (``reset``): a job ``reset_<app>`` per app, each recorded as ``resets/<app>``.
-defs = dg.Definitions.merge(defs, reset_definitions(platform_spec))
+defs = dg.Definitions.merge(defs, reset_definitions(platform_spec), scale_definitions(platform_spec))
