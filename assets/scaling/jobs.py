@@ -1,8 +1,8 @@
 """The Dagster job ``scale_<app>`` per app of the platform spec: ``brook app scale`` from the UI, a sensor or a
 schedule, and what records a scaling (``scalings/<app>``).
 
-Its config (:class:`ScaleConfig`): the co-partition group (named by any of its topics; default: the app's first
-input), the new partition count, the mode (``migrate`` | ``in_place``), per-store placements for Processor API
+Its config (:class:`ScaleConfig`): the co-partition group (named by its inputs; default: the group of the app's
+first input), the new partition count, the mode (``migrate`` | ``in_place``), per-store placements for Processor API
 stores, and ``dry_run`` (default true). A dry run makes the plan (:func:`streaming.scaling.make_plan`), logs its
 table and records it as an observation of ``scalings/<app>`` (the plan as metadata); ``dry_run: false`` makes the
 plan and carries it out in the same run (:func:`assets.scaling.execute.execute_migration`) and records a
@@ -26,6 +26,7 @@ from assets.platform_spec import PlatformSpec, PlatformSpecError, repo_root
 from assets.resources import KafkaResource, PlatformResource, SparkResource
 from streaming.errors import StreamsError
 from streaming.scaling import ScalingPlan, make_plan
+from streaming.scaling.groups import scaling_groups
 from streaming.topology import Topology
 
 __all__ = ["SCALINGS_GROUP", "ScaleConfig", "plan_scaling", "scale_definitions", "scaling_asset_key",
@@ -38,8 +39,8 @@ class ScaleConfig(dg.Config):
     """The choices of ``brook app scale`` (see its ``--help``)."""
 
     partitions: int = Field(description="The co-partition group's new partition count.")
-    topics: list[str] | None = Field(default=None, description="Topics naming the co-partition group (logical "
-                                                               "names); default: the app's first input.")
+    topics: list[str] | None = Field(default=None, description="The co-partition group's inputs (logical names); "
+                                                               "default: the group of the app's first input.")
     mode: Literal["migrate", "in_place"] = "migrate"
     placements: dict[str, str] = Field(default_factory=dict, description="store -> by-key | replicate | drop, for "
                                                                          "Processor API stores.")
@@ -82,7 +83,10 @@ def plan_scaling(spec: PlatformSpec, name: str, client_config: dict[str, str], p
     def topology() -> Topology:
         return load_app_topology(name, app)
 
-    plan = make_plan(topology(), app.application_id, client_config, topics or [app.inputs[0]], partitions, mode,
+    if not topics:  # the whole co-partition group of the app's first input
+        groups = scaling_groups(topology().bind(app.application_id), app.application_id)
+        topics = next((g.external for g in groups if app.inputs[0] in g.external), [app.inputs[0]])
+    plan = make_plan(topology(), app.application_id, client_config, topics, partitions, mode,
                      generations=app.topic_generations, placements=placements,
                      snapshot_location=spec.snapshots.resolved_location(repo_root()), application=name)
     return plan, topology
