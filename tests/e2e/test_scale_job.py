@@ -18,6 +18,7 @@ workers; then, against an oracle computed here from every record produced:
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -43,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STRING, LONG, BYTES = Serdes.String(), Serdes.Long(), Serdes.Bytes()
 USERS = 40
 BASE = 1_700_000_000_000
+STORES = ("counts", "per-minute", "seen-this-join-store", "seen-other-join-store")
 
 
 class Scenario:
@@ -53,7 +55,8 @@ class Scenario:
         self.spec_path = tmp_path / "platform.yaml"
         self.config = tmp_path / "worker.yaml"
         self.produced: dict[str, list[GeneratedRecord]] = {self.clicks: [], self.views: []}
-        self.config.write_text(yaml.safe_dump({"application.id": app_id, "commit.interval.ms": 200}))
+        self.config.write_text(yaml.safe_dump({"application.id": app_id, "commit.interval.ms": 200,
+                                               "state.snapshot.location": str(tmp_path / "snapshots")}))
         self.spec_path.write_text(yaml.safe_dump({
             "version": 1, "default_cluster": "embedded",
             "clusters": {"embedded": {"bootstrap_servers": bootstrap, "embedded": True}},
@@ -84,8 +87,8 @@ class Scenario:
             produce(self.bootstrap, self.physical(topic), records, STRING, STRING)
             self.produced[topic].extend(records)
 
-    def process(self) -> None:
-        """Two workers run until the group committed every input of the current generation, then stop."""
+    def process(self) -> str:
+        """Two workers run until the group committed every input of the current generation, then stop; their logs."""
         workdir = self.tmp / f"workers-{self.partitions()}-{len(self.produced[self.clicks])}"
         workdir.mkdir()
         workers: list[subprocess.Popen[bytes]] = [
@@ -99,6 +102,7 @@ class Scenario:
             assert all(w.poll() is None for w in workers), (workdir / "worker-0.log").read_text()[-3000:]
         finally:
             stop_workers(workers)
+        return "".join((workdir / f"worker-{i}.log").read_text(errors="replace") for i in range(2))
 
     def scale(self, partitions: int, spark: SparkSession, *, dry_run: bool = False, mode: str = "migrate",
               topics: list[str] | None = None) -> dg.ExecuteInProcessResult:
@@ -151,8 +155,12 @@ def test_an_app_grows_from_2_to_4_partitions_and_shrinks_back_through_the_scale_
         assert app.physical_changelog("counts") == generation_name(changelog_topic(unique_name, "counts"), generation)
         s.check()  # before new input: the moved state is the old state
         s.produce(400 * (generation - 1), 200)
-        s.process()
+        logs = s.process()
         s.check()
+        # Restored from the scaling's fresh snapshots of the new generation: every store of every new task.
+        loaded = re.findall(r"store '([\w-]+)': loaded snapshot \w+ of (\S+)\[(\d+)\]", logs)
+        assert {(store, topic, int(p)) for store, topic, p in loaded} == {
+            (store, app.physical_changelog(store), p) for store in STORES for p in range(partitions)}
 
 
 def failure(result: dg.ExecuteInProcessResult) -> str:
