@@ -28,6 +28,7 @@ from streaming.broker import EmbeddedBroker
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from streaming.testing.postgres import PostgresServer
     from streaming.testing.spark_cluster import SparkStandaloneCluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,6 +181,19 @@ def spark_cluster_session(spark_cluster: SparkStandaloneCluster,
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL server for the module (Debian's ``postgresql``; streaming.testing.postgres) with a
+    ``dagster`` database, stopped and removed at the end."""
+    from streaming.testing.postgres import PostgresServer, postgres_missing
+
+    missing = postgres_missing()
+    if missing:
+        pytest.skip(f"PostgreSQL server: {missing}")
+    with PostgresServer(databases=["dagster"]) as server:
+        yield server
 
 
 _ARTIFACTS = pytest.StashKey[list[str]]()
