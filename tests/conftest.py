@@ -1,10 +1,12 @@
 """Shared fixtures: the embedded broker and a SparkSession (one each per test session), the broker's
-address, and unique names.
+address, and unique names; per test module, a Spark standalone cluster with a session on it, and a PostgreSQL
+server (the tests of Brook on real clusters, platform/runbooks/deploy.md).
 
 ``broker`` and ``spark`` start lazily: only sessions that run a test needing them pay for them (the
 broker: ~0.1 s start, plus up to ~5 s to stop while clients still hold connections; Spark: 6-15 s).
-Set ``BROOK_TEST_BOOTSTRAP_SERVERS`` to run the ``bootstrap``-based tests against another cluster
-(e.g. Apache Kafka) instead.
+A module on the Spark cluster stops the local session (one SparkContext per process); the next test that
+asks for ``spark`` starts it again. Set ``BROOK_TEST_BOOTSTRAP_SERVERS`` to run the ``bootstrap``-based tests
+against another cluster (e.g. Apache Kafka) instead.
 
 ``make test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``): each worker is its own
 test session, with its own broker and SparkSession (its own ports and temporary directories). The files of
