@@ -187,14 +187,14 @@ def spark_cluster_session(spark_cluster: SparkStandaloneCluster,
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[PostgresServer]:
-    """A throwaway PostgreSQL server for the module (Debian's ``postgresql``; streaming.testing.postgres) with a
-    ``dagster`` database, stopped and removed at the end."""
+    """A throwaway PostgreSQL server for the module (Debian's ``postgresql``; streaming.testing.postgres), stopped
+    and removed at the end."""
     from streaming.testing.postgres import PostgresServer, postgres_missing
 
     missing = postgres_missing()
     if missing:
         pytest.skip(f"PostgreSQL server: {missing}")
-    with PostgresServer(databases=["dagster"]) as server:
+    with PostgresServer() as server:
         yield server
 
 

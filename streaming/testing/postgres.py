@@ -1,13 +1,14 @@
 """A throwaway PostgreSQL server for tests: Debian's ``postgresql`` binaries, a fresh cluster in a temp directory.
 
 ``initdb`` makes the cluster (one superuser with a random password, SCRAM authentication), ``pg_ctl`` starts it
-on a free loopback port with its unix socket in the same directory, ``createdb`` makes the databases asked for;
-:meth:`PostgresServer.stop` stops it (``pg_ctl stop -m fast``, then ``immediate``) and removes the directory.
+on a free loopback port with its unix socket in the same directory; :meth:`PostgresServer.client` runs ``psql``,
+``createdb``, ... against it as that superuser; :meth:`PostgresServer.stop` stops it (``pg_ctl stop -m fast``, then ``immediate``) and removes the directory.
 The server refuses to run as root, so as root every command runs as the ``postgres`` user (which Debian's package
 creates) through ``runuser``; the directory is its own, outside pytest's root-only temp tree::
 
-    with PostgresServer(databases=["dagster"]) as pg:
-        engine = sqlalchemy.create_engine(pg.url("dagster"))
+    with PostgresServer() as pg:
+        pg.client("createdb", "app")
+        engine = sqlalchemy.create_engine(pg.url("app"))
 """
 
 from __future__ import annotations
@@ -59,14 +60,13 @@ def _user_exists(name: str) -> bool:
 
 
 class PostgresServer:
-    """A PostgreSQL cluster on ``host`` (a free port), superuser ``user`` with a random ``password``, and
-    ``databases`` created once it runs."""
+    """A PostgreSQL cluster on ``host`` (a free port), superuser ``user`` with a random ``password``."""
 
-    def __init__(self, databases: list[str], user: str = "brook", host: str = "127.0.0.1") -> None:
+    def __init__(self, user: str = "brook", host: str = "127.0.0.1") -> None:
         bin_dir = postgres_bin_dir()
         if bin_dir is None:
             raise PostgresError(postgres_missing() or "no PostgreSQL")
-        self.bin_dir, self.databases, self.user, self.host = bin_dir, databases, user, host
+        self.bin_dir, self.user, self.host = bin_dir, user, host
         self.password = secrets.token_hex(16)
         self.port = free_port(host)
         self.root: Path | None = None
@@ -77,12 +77,18 @@ class PostgresServer:
         assert self.root is not None, "not started"
         return self.root / "data"
 
-    def url(self, database: str) -> str:
-        """A SQLAlchemy URL (psycopg2) for ``database`` as the superuser (holds the password)."""
-        return f"postgresql+psycopg2://{self.user}:{self.password}@{self.host}:{self.port}/{database}"
+    def url(self, database: str, user: str | None = None, password: str | None = None) -> str:
+        """A SQLAlchemy URL (psycopg2) for ``database`` as ``user`` (default: the superuser; holds the password)."""
+        login = f"{user}:{password}" if user else f"{self.user}:{self.password}"
+        return f"postgresql+psycopg2://{login}@{self.host}:{self.port}/{database}"
+
+    def client(self, program: str, *args: str) -> None:
+        """Run client ``program`` (``psql``, ``createdb``, ...) against the server as the superuser, e.g.
+        ``client("createdb", "-O", "dagster", "dagster")``."""
+        self._run(program, "-h", self.host, "-p", str(self.port), "-U", self.user, *args)
 
     def start(self) -> Self:
-        """initdb, pg_ctl start (waits until it accepts connections), createdb for each database."""
+        """initdb, then pg_ctl start (waits until the server accepts connections)."""
         self.root = Path(tempfile.mkdtemp(prefix="brook-postgres-"))
         try:
             if os.geteuid() == 0:
@@ -97,8 +103,6 @@ class PostgresServer:
             options = f"-p {self.port} -k {self.root} -c listen_addresses={self.host} -c fsync=off"
             self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.root / "server.log"), "-o", options,
                       "-w", "-t", "60", "start")
-            for database in self.databases:
-                self._run("createdb", "-h", self.host, "-p", str(self.port), "-U", self.user, database)
         except BaseException:
             self.stop()
             raise

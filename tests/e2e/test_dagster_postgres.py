@@ -2,16 +2,18 @@
 (runs, event log, schedules) is ``dagster-postgres`` on a throwaway Debian ``postgresql`` server.
 
 ``$DAGSTER_HOME/dagster.yaml`` is ``platform/deploy/dagster-postgres.yaml`` as shipped, its ``DAGSTER_PG_*``
-variables naming the test's server; the commands are the runbook's (``platform/runbooks/deploy.md``): ``dagster
-sensor start``, ``dagster job launch`` (a queued run: the word count's reset, a dry run, against an embedded
-broker of its own holding the app's topics) and ``dagster-daemon run``. The daemon ticks the sensor and starts
-the queued run; both are then read from the database with SQLAlchemy.
+variables naming the test's server; the commands are the runbook's (``platform/runbooks/deploy.md``): a role and
+a database for Dagster (``psql``, ``createdb``), ``dagster sensor start``, ``dagster schedule start``, ``dagster
+job launch`` (a queued run: the word count's reset, a dry run, against an embedded broker of its own holding the
+app's topics) and ``dagster-daemon run``. The daemon ticks the sensor and starts the queued run; both are then
+read from the database with SQLAlchemy.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -36,6 +38,7 @@ BIN = Path(sys.executable).parent
 WORKSPACE = ROOT / "workspace.yaml"
 TEMPLATE = ROOT / "platform" / "deploy" / "dagster-postgres.yaml"
 RESET_JOB = "reset_wordcount"
+SCHEDULE = "nightly_compaction"
 WORDCOUNT_TOPICS = ["wordcount-lines", "wordcount-words", "wordcount-counts"]
 T = TypeVar("T")
 
@@ -52,9 +55,12 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float, log: Path
 
 @pytest.fixture
 def instance_env(postgres: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    """DAGSTER_HOME with the shipped Postgres dagster.yaml, DAGSTER_PG_* naming the server, and an embedded broker
-    of the test's own (the app's real topic names) as ``BROOK_BOOTSTRAP_SERVERS``; set here and returned for the
-    commands' environment."""
+    """The runbook's role and database ``dagster``, DAGSTER_HOME with the shipped Postgres dagster.yaml, DAGSTER_PG_*
+    naming them, and an embedded broker of the test's own (the app's real topic names) as
+    ``BROOK_BOOTSTRAP_SERVERS``; set here and returned for the commands' environment."""
+    password = secrets.token_hex(12)
+    postgres.client("psql", "-d", "postgres", "-c", f"CREATE ROLE dagster LOGIN PASSWORD '{password}'")
+    postgres.client("createdb", "-O", "dagster", "dagster")
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(TEMPLATE, home / "dagster.yaml")
@@ -63,7 +69,7 @@ def instance_env(postgres: PostgresServer, tmp_path: Path, monkeypatch: pytest.M
     try:
         create_topics(broker.bootstrap_servers, {topic: 4 for topic in WORDCOUNT_TOPICS})
         variables = {"DAGSTER_HOME": str(home), "DAGSTER_PG_HOST": postgres.host, "DAGSTER_PG_PORT": str(postgres.port),
-                     "DAGSTER_PG_USER": postgres.user, "DAGSTER_PG_PASSWORD": postgres.password,
+                     "DAGSTER_PG_USER": "dagster", "DAGSTER_PG_PASSWORD": password,
                      "DAGSTER_PG_DB": "dagster", "BROOK_BOOTSTRAP_SERVERS": broker.bootstrap_servers}
         for name, value in variables.items():
             monkeypatch.setenv(name, value)
@@ -81,6 +87,7 @@ def dagster(env: dict[str, str], *args: str) -> None:
 def test_the_daemon_on_postgres_ticks_a_sensor_and_runs_a_queued_job(
         postgres: PostgresServer, instance_env: dict[str, str], tmp_path: Path) -> None:
     dagster(instance_env, "sensor", "start", RECOMPUTE_SENSOR, "-w", str(WORKSPACE))
+    dagster(instance_env, "schedule", "start", SCHEDULE, "-w", str(WORKSPACE))
     run_config = {"ops": {f"{RESET_JOB}_op": {"config": {"plan_dir": str(tmp_path / "plans")}}}}
     dagster(instance_env, "job", "launch", "-w", str(WORKSPACE), "-j", RESET_JOB, "--config-json", json.dumps(run_config))
 
@@ -93,14 +100,18 @@ def test_the_daemon_on_postgres_ticks_a_sensor_and_runs_a_queued_job(
     with log.open("w") as out:
         daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", str(WORKSPACE)], cwd=ROOT,
                                   env=instance_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    engine = sa.create_engine(postgres.url("dagster"))
+    engine = sa.create_engine(postgres.url("dagster", "dagster", instance_env["DAGSTER_PG_PASSWORD"]))
     try:
         with engine.connect() as db:
-            [sensor] = [s for s in instance.all_instigator_state() if s.name == RECOMPUTE_SENSOR]
+            selectors = {state.name: state.selector_id for state in instance.all_instigator_state()}
+            started = db.execute(sa.text("SELECT selector_id, status FROM instigators WHERE selector_id IN :ids")
+                                 .bindparams(sa.bindparam("ids", expanding=True)),
+                                 {"ids": [selectors[RECOMPUTE_SENSOR], selectors[SCHEDULE]]})
+            assert sorted(status for _, status in started) == ["RUNNING", "RUNNING"], "both turned on"
 
             def sensor_ticks() -> list[sa.Row[tuple[str, str]]]:
                 ticks = list(db.execute(sa.text("SELECT status, type FROM job_ticks WHERE selector_id = :id"),
-                                        {"id": sensor.selector_id}))
+                                        {"id": selectors[RECOMPUTE_SENSOR]}))
                 db.commit()
                 return ticks
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from streaming.testing.spark_cluster import CODE_PACKAGES, MASTER_CLASS, WORKER_CLASS, SparkStandaloneCluster
-from tests.e2e.test_dagster_postgres import RESET_JOB, TEMPLATE
+from tests.e2e.test_dagster_postgres import RESET_JOB, SCHEDULE, TEMPLATE
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOK = (ROOT / "platform" / "runbooks" / "deploy.md").read_text()
@@ -39,7 +39,9 @@ def test_the_spark_commands_are_the_clusters(tmp_path: Path) -> None:
 
 
 def test_the_dagster_steps_are_the_tests() -> None:
-    for command in ("dagster-daemon run -w workspace.yaml", "dagster sensor start recompute_failed_days -w workspace.yaml",
+    for command in ("CREATE ROLE dagster LOGIN PASSWORD", "-O dagster dagster", "dagster-daemon run -w workspace.yaml",
+                    "dagster sensor start recompute_failed_days -w workspace.yaml",
+                    f"dagster schedule start {SCHEDULE} -w workspace.yaml",
                     f"dagster job launch -w workspace.yaml -j {RESET_JOB}",
                     f"cp platform/deploy/{TEMPLATE.name} \"$DAGSTER_HOME/dagster.yaml\""):
         assert command in RUNBOOK, command
