@@ -74,7 +74,7 @@ class SparkStandaloneCluster:
         self.workdir, self.workers, self.cores, self.memory, self.host = workdir, workers, cores, memory, host
         self.port, self.webui_port = free_port(host), free_port(host)
         self.env = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_DAEMON_MEMORY": daemon_memory,
-                    "SPARK_LOCAL_IP": host, "SPARK_NO_DAEMONIZE": "1"}
+                    "SPARK_LOCAL_IP": host}
         self.processes: list[tuple[str, subprocess.Popen[bytes]]] = []
 
     @property
