@@ -120,15 +120,22 @@ def unique_name() -> str:
     return f"t{uuid.uuid4().hex[:10]}"
 
 
+def _stop_spark() -> None:
+    """Stop the process's SparkSession, if one runs, whichever thread started it (one SparkContext per process)."""
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.sql import SparkSession
+
+    try:
+        SparkSession.active().stop()
+    except PySparkRuntimeError:  # NO_ACTIVE_OR_DEFAULT_SESSION
+        pass
+
+
 @pytest.fixture(scope="session")
 def _spark_stopped_at_end() -> Iterator[None]:
     """Stops the process's SparkSession, if one is running, at the end of the test session."""
     yield
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        active.stop()
+    _stop_spark()
 
 
 @pytest.fixture
@@ -162,8 +169,6 @@ def spark_cluster_session(spark_cluster: SparkStandaloneCluster,
     code zipped with ``python -m zipfile``), ``BROOK_SPARK_MASTER`` the master; the session comes from the Dagster
     resource (``assets.resources.spark_resource``). The process's local session is stopped first (one
     SparkContext per process) and this one at the end of the module."""
-    from pyspark.sql import SparkSession
-
     from assets.resources import SPARK_CONF_ENV_VAR, SPARK_MASTER_ENV_VAR, spark_resource
     from streaming.testing.spark_cluster import code_archive
 
@@ -172,9 +177,7 @@ def spark_cluster_session(spark_cluster: SparkStandaloneCluster,
     conf.write_text((ROOT / "platform" / "spark" / "spark-defaults.conf").read_text()
                     + f"spark.executor.memory 512m\nspark.executor.cores 1\n"
                       f"spark.submit.pyFiles {code_archive(ROOT, workdir / 'brook-code.zip')}\n")
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        active.stop()
+    _stop_spark()
     with pytest.MonkeyPatch.context() as env:
         env.setenv(SPARK_CONF_ENV_VAR, str(conf))
         env.setenv(SPARK_MASTER_ENV_VAR, spark_cluster.master_url)
