@@ -25,6 +25,7 @@ from streaming.config import REDACTED, is_secret_key, redact
 
 __all__ = [
     "SPARK_CONF_ENV_VAR",
+    "SPARK_MASTER_ENV_VAR",
     "KafkaResource",
     "PlatformResource",
     "SparkResource",
@@ -35,7 +36,8 @@ __all__ = [
 
 #: Environment variable naming a Spark conf file to use instead of ``platform/spark/spark-defaults.conf``.
 SPARK_CONF_ENV_VAR = "BROOK_SPARK_CONF"
-
+#: Environment variable overriding the conf file's ``spark.master`` (``spark://host:7077``, ``k8s://...``).
+SPARK_MASTER_ENV_VAR = "BROOK_SPARK_MASTER"
 
 
 class KafkaResource(dg.ConfigurableResource):
@@ -138,11 +140,15 @@ class SparkResource(LazyPySparkResource):
 
 def spark_resource(conf_path: Path | str | None = None) -> SparkResource:
     """The Spark resource with the settings of ``conf_path``, else ``$BROOK_SPARK_CONF``, else
-    ``platform/spark/spark-defaults.conf`` (read now: a bad file fails when the code location loads)."""
+    ``platform/spark/spark-defaults.conf`` (read now: a bad file fails when the code location loads), and
+    ``spark.master`` from ``$BROOK_SPARK_MASTER`` when set."""
     from assets.spark.session import read_spark_defaults
 
     chosen = conf_path or os.environ.get(SPARK_CONF_ENV_VAR) or repo_root() / "platform" / "spark" / "spark-defaults.conf"
-    return SparkResource(spark_config=read_spark_defaults(chosen))
+    conf = read_spark_defaults(chosen)
+    if os.environ.get(SPARK_MASTER_ENV_VAR):
+        conf["spark.master"] = os.environ[SPARK_MASTER_ENV_VAR]
+    return SparkResource(spark_config=conf)
 
 
 def _embedded_bootstrap(workdir: str | None, default: str) -> str:

@@ -1,10 +1,12 @@
 """Shared fixtures: the embedded broker and a SparkSession (one each per test session), the broker's
-address, and unique names.
+address, and unique names; per test module, a Spark standalone cluster with a session on it, and a PostgreSQL
+server (the tests of Brook on real clusters, platform/runbooks/deploy.md).
 
 ``broker`` and ``spark`` start lazily: only sessions that run a test needing them pay for them (the
 broker: ~0.1 s start, plus up to ~5 s to stop while clients still hold connections; Spark: 6-15 s).
-Set ``BROOK_TEST_BOOTSTRAP_SERVERS`` to run the ``bootstrap``-based tests against another cluster
-(e.g. Apache Kafka) instead.
+A module on the Spark cluster stops the local session (one SparkContext per process); the next test that
+asks for ``spark`` starts it again. Set ``BROOK_TEST_BOOTSTRAP_SERVERS`` to run the ``bootstrap``-based tests
+against another cluster (e.g. Apache Kafka) instead.
 
 ``make test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``): each worker is its own
 test session, with its own broker and SparkSession (its own ports and temporary directories). The files of
@@ -28,6 +30,11 @@ from streaming.broker import EmbeddedBroker
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from streaming.testing.postgres import PostgresServer
+    from streaming.testing.spark_cluster import SparkStandaloneCluster
+
+ROOT = Path(__file__).resolve().parents[1]
+
 #: Test files whose tests run on one pytest-xdist worker, one after the other, by group (``--dist loadgroup``).
 XDIST_GROUPS: dict[str, str] = {
     # Spark: one JVM at a time on 2 cores (the ``spark`` fixture's, or the Dagster CLI's in a subprocess)
@@ -37,6 +44,7 @@ XDIST_GROUPS: dict[str, str] = {
     "tests/integration/test_kafka_source.py": "spark",
     "tests/integration/test_reprocess_spark.py": "spark",
     "tests/integration/test_reprocess_equals_live.py": "spark",
+    "tests/e2e/test_spark_standalone.py": "spark",  # a standalone cluster's JVMs, and a session on it
     # the fault-injection runs: several worker processes each, SIGKILLed on a schedule, with short session
     # timeouts; two of them at once on 2 cores would starve each other's heartbeats
     "tests/integration/test_fault_injection.py": "faults",
@@ -112,17 +120,85 @@ def unique_name() -> str:
     return f"t{uuid.uuid4().hex[:10]}"
 
 
+def _stop_spark() -> None:
+    """Stop the process's SparkSession, if one runs, whichever thread started it (one SparkContext per process)."""
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.sql import SparkSession
+
+    try:
+        SparkSession.active().stop()
+    except PySparkRuntimeError:  # NO_ACTIVE_OR_DEFAULT_SESSION
+        pass
+
+
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """One local SparkSession for the whole session (6-15 s to start), with the ``brook-kafka``
-    source registered: the platform's Spark conf, on 2 cores with 4 shuffle partitions."""
+def _spark_stopped_at_end() -> Iterator[None]:
+    """Stops the process's SparkSession, if one is running, at the end of the test session."""
+    yield
+    _stop_spark()
+
+
+@pytest.fixture
+def spark(_spark_stopped_at_end: None) -> SparkSession:
+    """The process's local SparkSession (6-15 s to start the first time, then reused), with the ``brook-kafka``
+    source registered: the platform's Spark conf, on 2 cores with 4 shuffle partitions. Started again after a
+    module that stopped it (:func:`spark_cluster_session` runs its own session on a cluster)."""
     from assets.spark.session import local_spark_session
 
-    session = local_spark_session()
+    return local_spark_session()
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandaloneCluster]:
+    """A Spark standalone cluster for the module: a master and two workers of one core and 1 GB each, started
+    with pyspark's ``spark-class`` (streaming.testing.spark_cluster), every JVM stopped at the end."""
+    from streaming.testing.spark_cluster import SparkStandaloneCluster, java_missing
+
+    missing = java_missing()
+    if missing:
+        pytest.skip(f"Spark standalone cluster: {missing}")
+    with SparkStandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def spark_cluster_session(spark_cluster: SparkStandaloneCluster,
+                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """The platform's SparkSession on :func:`spark_cluster`, made as a deployment makes it (platform/runbooks/deploy.md):
+    ``BROOK_SPARK_CONF`` names the platform's conf plus the executors' size and ``spark.submit.pyFiles`` (Brook's
+    code zipped with ``python -m zipfile``), ``BROOK_SPARK_MASTER`` the master; the session comes from the Dagster
+    resource (``assets.resources.spark_resource``). The process's local session is stopped first (one
+    SparkContext per process) and this one at the end of the module."""
+    from assets.resources import SPARK_CONF_ENV_VAR, SPARK_MASTER_ENV_VAR, spark_resource
+    from streaming.testing.spark_cluster import code_archive
+
+    workdir = tmp_path_factory.mktemp("spark-session")
+    conf = workdir / "spark-defaults.conf"
+    conf.write_text((ROOT / "platform" / "spark" / "spark-defaults.conf").read_text()
+                    + f"spark.executor.memory 512m\nspark.executor.cores 1\n"
+                      f"spark.submit.pyFiles {code_archive(ROOT, workdir / 'brook-code.zip')}\n")
+    _stop_spark()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(SPARK_CONF_ENV_VAR, str(conf))
+        env.setenv(SPARK_MASTER_ENV_VAR, spark_cluster.master_url)
+        session = spark_resource().spark_session
     try:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL server for the module (Debian's ``postgresql``; streaming.testing.postgres), stopped
+    and removed at the end."""
+    from streaming.testing.postgres import PostgresServer, postgres_missing
+
+    missing = postgres_missing()
+    if missing:
+        pytest.skip(f"PostgreSQL server: {missing}")
+    with PostgresServer() as server:
+        yield server
 
 
 _ARTIFACTS = pytest.StashKey[list[str]]()

@@ -2,7 +2,8 @@
 
 The conf file has Spark's own format (``key value`` per line, ``#`` comments), so the same file
 works with ``spark-submit --properties-file``. :func:`spark_session` starts (or reuses) the
-process's session with those settings and registers the ``brook-kafka`` source in it.
+process's session with those settings, ships ``spark.submit.pyFiles`` to its executors and registers the
+``brook-kafka`` source in it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
@@ -59,8 +61,19 @@ def spark_session(conf: Mapping[str, str]) -> SparkSession:
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    _ship_py_files(session, conf.get("spark.submit.pyFiles", ""))
     register_kafka_source(session)
     return session
+
+
+def _ship_py_files(session: SparkSession, py_files: str) -> None:
+    """Send ``spark.submit.pyFiles`` (comma-separated ``.zip``/``.py`` paths: Brook's code for the executors of a
+    cluster) to the executors. ``spark-submit`` does it when it starts the process's JVM; a session started
+    later in the same process (after another one stopped) must add them itself."""
+    shipped = {PurePosixPath(urlparse(uri).path).name for uri in session.sparkContext.listFiles}
+    for path in filter(None, (p.strip() for p in py_files.split(","))):
+        if PurePosixPath(urlparse(path).path).name not in shipped:
+            session.sparkContext.addPyFile(path)
 
 
 def local_spark_session(cores: int = 2, shuffle_partitions: int = 4) -> SparkSession:

@@ -52,6 +52,10 @@ def test_spark_conf_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     good.write_text("spark.master spark://spark-master:7077\n")
     monkeypatch.setenv("BROOK_SPARK_CONF", str(good))
     assert spark_resource().spark_config == {"spark.master": "spark://spark-master:7077"}
+    monkeypatch.setenv("BROOK_SPARK_MASTER", "spark://other-master:7077")  # wins over the file's spark.master
+    assert spark_resource().spark_config == {"spark.master": "spark://other-master:7077"}
+    monkeypatch.delenv("BROOK_SPARK_CONF")
+    assert spark_resource().spark_config == {**conf, "spark.master": "spark://other-master:7077"}
 
 
 def test_truncation_is_refused_on_a_cluster_declared_embedded_without_asking_it() -> None:
