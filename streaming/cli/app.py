@@ -24,7 +24,7 @@ import typer
 from streaming.cli.connection import BootstrapOption, ConfigOption, SetOption, client_config
 
 app = typer.Typer(rich_markup_mode=None, no_args_is_help=True,
-                  help="Operate an application of the platform spec: reset it.")
+                  help="Operate an application of the platform spec: reset it, scale its partitions.")
 
 
 def _target(name: str) -> Any:
@@ -117,3 +117,81 @@ def reset(
     typer.echo(plan.table())
     typer.echo(f"dry run: nothing changed. Plan written to {written} (fingerprint {plan.fingerprint}); carry it out "
                f"with: brook app reset {name} --execute --plan {written}")
+
+
+@app.command()
+def scale(
+    name: Annotated[str, typer.Argument(metavar="APP", help="The app's name in the platform spec.")],
+    partitions: Annotated[int | None, typer.Option(
+        "--partitions", help="The co-partition group's new partition count (the dry run).")] = None,
+    topics: Annotated[str | None, typer.Option(
+        "--topics", help="The group's inputs, comma-separated (default: the group of the app's first input).")] = None,
+    mode: Annotated[str, typer.Option("--mode", help="'migrate' (a new topic generation; every broker) or "
+                                                     "'in_place' (CreatePartitions; Kafka only).")] = "migrate",
+    placement: Annotated[list[str] | None, typer.Option(
+        "--placement", help="STORE=by-key|replicate|drop for a Processor API store (repeatable).")] = None,
+    plan_file: Annotated[Path | None, typer.Option(
+        "--plan", help="Dry run: where to write the plan (default .brook/scalings/<app>-<time>.json). --execute: "
+                       "the plan to carry out.")] = None,
+    execute: Annotated[bool, typer.Option("--execute", help="Carry out the plan given with --plan.")] = False,
+    bootstrap: BootstrapOption = None, config: ConfigOption = None, overrides: SetOption = None,
+) -> None:
+    """Scale APP's partitions: a dry run prints and writes the plan; --execute --plan FILE carries it out (Spark,
+    with the platform's conf: platform/spark/spark-defaults.conf or $BROOK_SPARK_CONF)."""
+    import time
+
+    from assets.platform_spec import PlatformSpecError, find_spec_path, load_platform_spec, repo_root
+    from assets.scaling.jobs import plan_scaling
+
+    settings = client_config(bootstrap, config, overrides)
+    spec_path = find_spec_path()
+    try:
+        spec = load_platform_spec(spec_path)
+        if name not in spec.apps:
+            raise PlatformSpecError(f"no app {name!r} in the platform spec (apps: {', '.join(sorted(spec.apps))})")
+    except PlatformSpecError as exc:
+        raise typer.BadParameter(f"{exc} ({spec_path})", param_hint="APP") from None
+    if execute:
+        if plan_file is None or partitions is not None or topics or placement:
+            raise typer.BadParameter("--execute carries out a dry run's plan: give --plan FILE and no other scaling "
+                                     "option", param_hint="--execute")
+        _execute_scaling(name, spec, spec_path, plan_file, settings)
+        return
+    if partitions is None:
+        raise typer.BadParameter("give the new partition count (--partitions N)", param_hint="--partitions")
+    chosen = dict(p.split("=", 1) for p in placement or [] if "=" in p)
+    if len(chosen) != len(placement or []):
+        raise typer.BadParameter("--placement takes STORE=by-key|replicate|drop", param_hint="--placement")
+    plan, _ = plan_scaling(spec, name, settings, partitions,
+                           [t.strip() for t in topics.split(",") if t.strip()] if topics else None, mode, chosen)
+    written = plan_file or repo_root() / ".brook" / "scalings" / \
+        f"{name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    written.parent.mkdir(parents=True, exist_ok=True)
+    written.write_text(plan.to_json())
+    typer.echo(plan.table())
+    typer.echo(f"dry run: nothing changed. Plan written to {written} (fingerprint {plan.fingerprint}); carry it out "
+               f"with: brook app scale {name} --execute --plan {written}")
+
+
+def _execute_scaling(name: str, spec: Any, spec_path: Path, plan_file: Path, settings: dict[str, Any]) -> None:
+    """``brook app scale --execute``: the plan carried out with a Spark session of the platform's conf."""
+    from assets.app_topologies import load_app_topology
+    from assets.platform_spec import repo_root
+    from assets.resources import spark_resource
+    from assets.scaling.execute import execute_migration
+    from streaming.scaling import ScalingPlan
+
+    plan = ScalingPlan.from_json(plan_file.read_text(), str(plan_file))
+    app = spec.apps[name]
+    if plan.application_id != app.application_id:
+        raise typer.BadParameter(f"{plan_file} is a plan for application.id {plan.application_id!r}, app {name!r} is "
+                                 f"{app.application_id!r}", param_hint="--plan")
+    typer.echo(plan.table())
+    spark = spark_resource().spark_session
+    result = execute_migration(
+        spark, plan, lambda: load_app_topology(name, app), settings, spec_path=spec_path,
+        snapshot_location=spec.snapshots.resolved_location(repo_root()),
+        input_configs={t: spec.topics[t].config for t in spec.topics},
+        progress=lambda line: typer.echo(f"done: {line}"), keep_snapshots=spec.snapshots.keep)
+    typer.echo(f"{name} scaled {plan.partitions} -> {plan.new_partitions} partitions in {result.duration_s:.1f} s "
+               f"({result.copied} records copied); {spec_path} names the new generation: start the workers again")

@@ -1,4 +1,4 @@
-"""``brook topics list|create|describe``: the cluster's topics (connection: see ``streaming.cli.connection``)."""
+"""``brook topics list|create|describe|delete``: the cluster's topics (connection: see ``streaming.cli.connection``)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from typing import Annotated
 
 import typer
 
-from streaming.admin import create_topics, watermarks
+from streaming.admin import create_topics, delete_topics, watermarks
 from streaming.cli.connection import BootstrapOption, ConfigOption, SetOption, client_config
 from streaming.runtime.cluster import cluster_metadata
 
 app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, no_args_is_help=True,
-                  help="List, create and describe topics.")
+                  help="List, create, describe and delete topics.")
 
 
 @app.command("list")
@@ -65,3 +65,42 @@ def describe(
     typer.echo("partition  earliest       end   records")
     for (_, partition), (start, end) in sorted(offsets.items()):
         typer.echo(f"{partition:>9}  {start:>8}  {end:>8}  {end - start:>8}")
+
+
+@app.command()
+def delete(
+    topics: Annotated[list[str], typer.Argument(help="The topics to delete.")],
+    bootstrap: BootstrapOption = None, config: ConfigOption = None, overrides: SetOption = None,
+) -> None:
+    """Delete topics, e.g. an old topic generation after a scaling. A topic an app of the platform spec
+    ($BROOK_PLATFORM_SPEC, or ./platform/platform.yaml) reads or writes now is refused."""
+    settings = client_config(bootstrap, config, overrides)
+    in_use = _in_use_by_the_spec()
+    refused = [f"{t} ({in_use[t]})" for t in topics if t in in_use]
+    if refused:
+        raise typer.BadParameter(f"{', '.join(refused)}: in use now; only a generation the spec no longer names can "
+                                 f"be deleted", param_hint="TOPICS")
+    delete_topics(settings["bootstrap.servers"], topics, client_config=settings)
+    typer.echo(f"deleted {', '.join(topics)}")
+
+
+def _in_use_by_the_spec() -> dict[str, str]:
+    """Physical topic -> the app of the platform spec that uses it now (empty without a spec)."""
+    try:
+        from assets.platform_spec import PlatformSpecError, find_spec_path, load_platform_spec
+    except ImportError:  # the runtime alone: no platform spec to consult
+        return {}
+    path = find_spec_path()
+    if not path.is_file():
+        return {}
+    try:
+        spec = load_platform_spec(path)
+    except PlatformSpecError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--platform-spec") from None
+    used: dict[str, str] = {}
+    for name, app in spec.apps.items():
+        for topic in (*app.inputs, *app.outputs):
+            used[app.physical_topic(topic)] = f"app {name}"
+        for store in app.stores:
+            used[app.physical_changelog(store.name)] = f"app {name}, store {store.name}"
+    return used

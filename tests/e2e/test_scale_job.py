@@ -18,8 +18,10 @@ workers; then, against an oracle computed here from every record produced:
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -200,3 +202,39 @@ def test_scaling_is_refused_with_one_line_and_nothing_changed(bootstrap: str, un
     assert s.spec_path.read_text() == before
     new = [generation_name(t, 2) for t in (s.clicks, s.views)]
     assert partition_counts(bootstrap, new) == dict.fromkeys(new)  # no topic of a new generation was created
+
+
+def brook(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "streaming.cli.main", *args], check=False, cwd=ROOT,
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+
+
+def test_the_runbook_commands_plan_execute_and_delete_the_old_generation(
+        bootstrap: str, unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """platform/runbooks/scale-partitions.md, steps 2, 3 and 5, from a shell."""
+    s = Scenario(bootstrap, unique_name, tmp_path)
+    for name, topic in (("CLICKS", s.clicks), ("VIEWS", s.views), ("COUNTS", s.counts), ("JOINED", s.joined)):
+        monkeypatch.setenv(f"SCALE_{name}", topic)
+    monkeypatch.setenv("BROOK_PLATFORM_SPEC", str(s.spec_path))
+    env = {"BROOK_BOOTSTRAP_SERVERS": bootstrap}
+    create_topics(bootstrap, {s.clicks: 2, s.views: 2, s.counts: 2, s.joined: 2})
+    s.produce(0, 100)
+    s.process()
+    plan = tmp_path / "plan.json"
+
+    planned = brook("app", "scale", "counter", "--partitions", "4", "--plan", str(plan), env=env)
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert f"brook app scale counter --execute --plan {plan}" in planned.stdout and plan.is_file()
+    assert s.partitions() == 2  # a dry run changes nothing
+    executed = brook("app", "scale", "counter", "--execute", "--plan", str(plan), env=env)
+    assert executed.returncode == 0, executed.stdout[-2000:] + executed.stderr[-2000:]
+    assert "counter scaled 2 -> 4 partitions" in executed.stdout
+    assert s.partitions() == 4 and s.physical(s.clicks) == generation_name(s.clicks, 2)
+    s.check()
+
+    in_use = brook("topics", "delete", generation_name(s.clicks, 2), env=env)
+    assert in_use.returncode != 0 and "in use now" in in_use.stderr, in_use.stderr
+    old = [s.clicks, s.views, *(changelog_topic(unique_name, store) for store in STORES)]
+    deleted = brook("topics", "delete", *old, env=env)
+    assert deleted.returncode == 0, deleted.stderr[-2000:]
+    assert partition_counts(bootstrap, old) == dict.fromkeys(old)
