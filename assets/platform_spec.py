@@ -392,6 +392,19 @@ class GrowthSpec(_Model):
     at_most_every_minutes: PositiveInt = 60
 
 
+class ScalingSpec(_Model):
+    """When the sensor ``plan_scaling_on_lag`` plans a scaling (a dry run; it never stops workers): an app's
+    consumer lag stayed at or over ``lag_records`` for ``sustained_minutes``. The plan's partition count keeps up
+    with the measured input rate and drains the lag within ``drain_minutes``, with ``headroom``, at most
+    ``max_partitions`` (:mod:`assets.lag`)."""
+
+    lag_records: PositiveInt = 100_000
+    sustained_minutes: PositiveFloat = 15
+    headroom: PositiveFloat = 1.5
+    drain_minutes: PositiveFloat = 30
+    max_partitions: PositiveInt = 64
+
+
 class SnapshotsSpec(_Model):
     """Where changelog compaction writes store snapshots (and workers read them), how many to keep, and for how
     long a superseded one is kept anyway (``prune_grace_minutes``).
@@ -429,6 +442,7 @@ class PlatformSpec(_Model):
     """No section, no archive (and so no quality rules: they check the archive)."""
     quality: list[QualityRule] = Field(default_factory=list)
     snapshots: SnapshotsSpec = Field(default_factory=SnapshotsSpec)
+    scaling: ScalingSpec = Field(default_factory=ScalingSpec)
     reprocess: ReprocessSpec | None = None
     """No section, no ``reprocessed/<app>`` assets (they replay the archive: it needs an archive section)."""
 

@@ -29,7 +29,7 @@ from streaming.scaling import ScalingPlan, make_plan
 from streaming.scaling.groups import scaling_groups
 from streaming.topology import Topology
 
-__all__ = ["SCALINGS_GROUP", "ScaleConfig", "plan_scaling", "scale_definitions", "scaling_asset_key",
+__all__ = ["SCALINGS_GROUP", "ScaleConfig", "plan_scaling", "scale_definitions", "scale_job", "scaling_asset_key",
            "scaling_metadata"]
 
 SCALINGS_GROUP = "scalings"
@@ -45,6 +45,8 @@ class ScaleConfig(dg.Config):
     placements: dict[str, str] = Field(default_factory=dict, description="store -> by-key | replicate | drop, for "
                                                                          "Processor API stores.")
     dry_run: bool = True
+    preview: bool = Field(default=False, description="Dry run only: plan while the workers run (the lag sensor's "
+                                                     "plans); executing a plan still needs them stopped.")
 
 
 def scaling_asset_key(app: str) -> dg.AssetKey:
@@ -68,9 +70,10 @@ def scaling_metadata(plan: ScalingPlan) -> dict[str, dg.MetadataValue]:
 
 
 def plan_scaling(spec: PlatformSpec, name: str, client_config: dict[str, str], partitions: int,
-                 topics: list[str] | None = None, mode: str = "migrate",
-                 placements: dict[str, str] | None = None) -> tuple[ScalingPlan, Callable[[], Topology]]:
-    """The dry run of scaling app ``name`` of ``spec`` (the plan), and the factory of its topology (unbound).
+                 topics: list[str] | None = None, mode: str = "migrate", placements: dict[str, str] | None = None,
+                 preview: bool = False) -> tuple[ScalingPlan, Callable[[], Topology]]:
+    """The dry run of scaling app ``name`` of ``spec`` (the plan), and the factory of its topology (unbound);
+    ``preview``: while the workers run (:func:`streaming.scaling.make_plan`).
 
     Raises:
         PlatformSpecError: no such app (naming the known ones).
@@ -88,7 +91,8 @@ def plan_scaling(spec: PlatformSpec, name: str, client_config: dict[str, str], p
         topics = next((g.external for g in groups if app.inputs[0] in g.external), [app.inputs[0]])
     plan = make_plan(topology(), app.application_id, client_config, topics, partitions, mode,
                      generations=app.topic_generations, placements=placements,
-                     snapshot_location=spec.snapshots.resolved_location(repo_root()), application=name)
+                     snapshot_location=spec.snapshots.resolved_location(repo_root()), application=name,
+                     preview=preview)
     return plan, topology
 
 
@@ -103,9 +107,11 @@ def scale_job(name: str, application_id: str) -> dg.JobDefinition:
 
         spec = platform.spec()
         client_config = kafka.client_config()
+        if config.preview and not config.dry_run:
+            raise dg.Failure(description="preview: true is for dry runs: a scaling runs with every worker stopped")
         try:
             plan, topology = plan_scaling(spec, name, client_config, config.partitions, config.topics, config.mode,
-                                          config.placements)
+                                          config.placements, preview=config.preview)
             context.log.info(plan.table())
             if config.dry_run:
                 context.log_event(dg.AssetObservation(
@@ -141,13 +147,17 @@ def scale_job(name: str, application_id: str) -> dg.JobDefinition:
 
 
 def scale_definitions(spec: PlatformSpec) -> dg.Definitions:
-    """``scale_<app>`` and the asset ``scalings/<app>`` it records, for every app of the spec (the jobs use the code
-    location's ``kafka``, ``platform`` and ``pyspark`` resources: ``dg.Definitions.merge`` with it)."""
+    """``scale_<app>`` and the asset ``scalings/<app>`` it records, for every app of the spec, and the lag sensor that
+    requests their dry runs (they use the code location's ``kafka``, ``platform`` and ``pyspark`` resources:
+    ``dg.Definitions.merge`` with it)."""
+    from assets.scaling.lag_sensor import lag_sensor
+
     apps = sorted(spec.apps.items())
+    jobs = {name: scale_job(name, app.application_id) for name, app in apps}
     return dg.Definitions(
         assets=[dg.AssetSpec(key=scaling_asset_key(name), group_name=SCALINGS_GROUP, kinds={"kafka", "spark"},
                              description=f"Partition scalings of {name} (application.id {app.application_id}): each "
                                          f"materialization is one executed scaling, its plan in the metadata; a "
                                          f"dry run is an observation. Job scale_{name}.")
                 for name, app in apps],
-        jobs=[scale_job(name, app.application_id) for name, app in apps])
+        jobs=list(jobs.values()), sensors=[lag_sensor(spec, jobs)])

@@ -55,7 +55,7 @@ from streaming.naming import generation_name
 from streaming.reset.cluster import Observation, observe
 from streaming.reset.errors import ResetError
 from streaming.runtime.cluster import cluster_metadata
-from streaming.runtime.membership import STALE_AFTER_S, refuse_while_alive
+from streaming.runtime.membership import STALE_AFTER_S, LiveWorkersError, refuse_while_alive
 from streaming.scaling.cluster import create_partitions_refusal
 from streaming.scaling.errors import ScalingError
 from streaming.scaling.groups import (
@@ -315,17 +315,21 @@ def _check_arguments(partitions: Any, mode: str) -> None:
 # -- deciding ------------------------------------------------------------------------------------------------------
 def make_plan(topology: Topology, application_id: str, client_config: Mapping[str, Any], topics: Sequence[str],
               partitions: int, mode: str = "migrate", *, generations: Mapping[str, int] | None = None,
-              placements: Mapping[str, str] | None = None, snapshot_location: str | None = None, application: str | None = None, now_ms: int | None = None,
-              stale_after_s: float = STALE_AFTER_S) -> ScalingPlan:
+              placements: Mapping[str, str] | None = None, snapshot_location: str | None = None,
+              application: str | None = None, now_ms: int | None = None,
+              stale_after_s: float = STALE_AFTER_S, preview: bool = False) -> ScalingPlan:
     """The plan of taking the co-partition group that ``topics`` name (logical names) of ``application_id``
     (running ``topology``) to ``partitions`` partitions in ``mode`` (module doc). ``generations``: each logical
     topic's current generation (the platform spec's map; default 1). ``placements``: store -> ``by-key``
     (default), ``replicate`` or ``drop`` (:class:`~streaming.scaling.store_keys.Placement`: for Processor API stores
     whose keys are not record keys). ``snapshot_location``: where the platform's compaction writes snapshots.
 
+    ``preview``: plan even while instances are alive (the lag sensor's dry run; the plan notes it, and executing
+    it still refuses them).
+
     Raises:
         ScalingError: bad input, or the cluster is not as the plan needs it (one line; nothing changed).
-        LiveWorkersError: an instance of the application is alive.
+        LiveWorkersError: an instance of the application is alive (unless ``preview``).
     """
     _check_arguments(partitions, mode)
     now = int(time.time() * 1000) if now_ms is None else now_ms
@@ -346,7 +350,14 @@ def make_plan(topology: Topology, application_id: str, client_config: Mapping[st
     metadata = cluster_metadata(config).topics
     counts = {name: len(t.partitions) for name, t in metadata.items() if t.error is None and t.partitions}
     current = check_counts(group, physical, counts, partitions, mode)
-    refuse_while_alive(config, application_id, f"scale application {application_id!r}", stale_after_s=stale_after_s)
+    live_note = None
+    try:
+        refuse_while_alive(config, application_id, f"scale application {application_id!r}",
+                           stale_after_s=stale_after_s)
+    except LiveWorkersError as exc:
+        if not preview:
+            raise
+        live_note = f"a preview made while workers run: {exc}; the records and offsets are those of that moment"
     if mode == "migrate":
         taken = [new_physical[t] for t in group.names() if new_physical[t] in counts]
         if taken:
@@ -381,7 +392,7 @@ def make_plan(topology: Topology, application_id: str, client_config: Mapping[st
         downtime = FIXED_DOWNTIME_S + copy / COPY_RECORDS_PER_S + reshard / RESHARD_RECORDS_PER_S
     else:
         downtime = FIXED_DOWNTIME_S + reshard * (1 - in_place.kept_fraction) / RESHARD_RECORDS_PER_S
-    notes = _notes(scaled, stores, chosen, mode)
+    notes = _notes(scaled, stores, chosen, mode) + ([live_note] if live_note else [])
     return ScalingPlan(application_id=application_id, group=group.name, joins=list(group.joins), mode=mode,
                        partitions=current, new_partitions=partitions, topics=scaled, stores=stores, stages=stages,
                        rewrites=rewrites, downtime_s=round(downtime, 1), observed=observed,

@@ -28,13 +28,15 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
+from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
 from assets.platform_spec import PlatformSpec, load_platform_spec
 from assets.resources import KafkaResource, PlatformResource, spark_resource
-from assets.scaling.jobs import scale_definitions, scaling_asset_key
+from assets.scaling.jobs import scale_definitions, scale_job, scaling_asset_key
+from assets.scaling.lag_sensor import lag_sensor
 from streaming import Serdes
-from streaming.admin import create_topics, partition_counts
+from streaming.admin import create_topics, partition_counts, watermarks
 from streaming.naming import changelog_topic, generation_name
 from streaming.runtime.partitioning import partition_for_key
 from streaming.testing.generators import GeneratedRecord
@@ -50,7 +52,7 @@ STORES = ("counts", "per-minute", "seen-this-join-store", "seen-other-join-store
 
 
 class Scenario:
-    def __init__(self, bootstrap: str, app_id: str, tmp_path: Path) -> None:
+    def __init__(self, bootstrap: str, app_id: str, tmp_path: Path, scaling: dict[str, float] | None = None) -> None:
         self.bootstrap, self.app_id, self.tmp = bootstrap, app_id, tmp_path
         self.clicks, self.views = f"{app_id}-clicks", f"{app_id}-views"
         self.counts, self.joined = f"{app_id}-counts", f"{app_id}-joined"
@@ -68,7 +70,7 @@ class Scenario:
                                  "topology": "tests.integration.workloads.scaling_app:topology",
                                  "config": str(self.config), "inputs": [self.clicks, self.views],
                                  "outputs": [self.counts, self.joined], "co_partitioned": [[self.clicks, self.views]]}},
-            "snapshots": {"location": str(tmp_path / "snapshots")},
+            "snapshots": {"location": str(tmp_path / "snapshots")}, "scaling": scaling or {},
         }))
 
     def spec(self) -> PlatformSpec:
@@ -238,3 +240,82 @@ def test_the_runbook_commands_plan_execute_and_delete_the_old_generation(
     deleted = brook("topics", "delete", *old, env=env)
     assert deleted.returncode == 0, deleted.stderr[-2000:]
     assert partition_counts(bootstrap, old) == dict.fromkeys(old)
+
+
+def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """The group's offsets, committed as the group's workers would (the group has no members)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def test_sustained_lag_requests_one_dry_run_sized_from_the_measured_rates(
+        bootstrap: str, unique_name: str, tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Scenario(bootstrap, unique_name, tmp_path, scaling={"lag_records": 1_000, "sustained_minutes": 1,
+                                                            "headroom": 1.5, "drain_minutes": 30})
+    for name, topic in (("CLICKS", s.clicks), ("VIEWS", s.views), ("COUNTS", s.counts), ("JOINED", s.joined)):
+        monkeypatch.setenv(f"SCALE_{name}", topic)
+    create_topics(bootstrap, {s.clicks: 2, s.views: 2, s.counts: 2, s.joined: 2})
+    now = [1_800_000_000.0]
+    job = scale_job("counter", unique_name)
+    sensor = lag_sensor(s.spec(), {"counter": job}, clock=lambda: now[0])
+    defs = dg.Definitions(jobs=[job], sensors=[sensor], resources={
+        "kafka": KafkaResource(bootstrap_servers=bootstrap), "platform": PlatformResource(path=str(s.spec_path)),
+        "pyspark": spark_resource()})
+    cursor: list[str | None] = [None]
+
+    def tick(after_s: float) -> tuple[list[dg.RunRequest], str | None]:
+        now[0] += after_s
+        data = sensor.evaluate_tick(dg.build_sensor_context(cursor=cursor[0], definitions=defs,
+                                                            resources={"kafka": KafkaResource(bootstrap_servers=bootstrap)}))
+        cursor[0] = data.cursor
+        return list(data.run_requests or []), data.skip_message
+
+    def ends() -> dict[tuple[str, int], int]:
+        return {(t, p): n for t in (s.clicks, s.views) for (_, p), (_, n) in
+                watermarks(bootstrap, [(t, 0), (t, 1)]).items()}
+
+    s.produce(0, 300)  # 600 records behind: under the threshold
+    assert tick(0) == ([], "no app lags long enough to plan a scaling: counter: lag 600")
+    s.produce(300, 300)  # 1,200 behind: over, for 0 of the 1 minute
+    requests, skipped = tick(30)
+    assert requests == [] and skipped is not None and "counter: lag 1,200 for 0 of 1 min" in skipped
+    # 60 s on: 200 processed (3.3/s, 1.7/s per partition), 400 arrived (6.7/s): 1.5 * (6.7 + 1,400 / 1,800) / 1.7
+    # = 6.7 -> 7 partitions.
+    commit(bootstrap, unique_name, {tp: 50 for tp in ends()})
+    s.produce(600, 200)
+    requests, skipped = tick(60)
+    assert skipped is None and len(requests) == 1, skipped
+    request = requests[0]
+    config = request.run_config["ops"]["scale_counter_op"]["config"]
+    assert config == {"partitions": 7, "dry_run": True, "preview": True}
+    assert request.job_name == "scale_counter" and request.tags["brook/lag"] == "1400"
+    # one plan per episode; quiet once the lag is under the threshold, and again over without progress
+    requests, skipped = tick(60)
+    assert requests == [] and skipped is not None and "planned already" in skipped
+    commit(bootstrap, unique_name, ends())
+    assert tick(60) == ([], "no app lags long enough to plan a scaling: counter: lag 0")
+    s.produce(800, 600)
+    tick(60)
+    requests, skipped = tick(120)
+    assert requests == [] and skipped is not None and "nothing was processed since the last tick" in skipped
+
+    # the requested dry run, while a worker runs (a preview): its plan is in the run's observation of scalings/<app>
+    workdir = tmp_path / "running"
+    workdir.mkdir()
+    worker = start_worker(bootstrap, "tests.integration.workloads.scaling_app:topology", s.config, workdir, 0, ROOT)
+    try:
+        wait_for(lambda: f"worker {unique_name} started" in (workdir / "worker-0.log").read_text(errors="replace"), 60,
+                 "the worker to start")
+        result = defs.resolve_job_def("scale_counter").execute_in_process(run_config=request.run_config)
+    finally:
+        stop_workers([worker])
+    assert result.success
+    observation = next(e.event_specific_data.asset_observation for e in result.all_events  # type: ignore[union-attr]
+                       if e.event_type == dg.DagsterEventType.ASSET_OBSERVATION)
+    assert observation.asset_key == scaling_asset_key("counter")
+    assert observation.metadata["partitions"].value == "2 -> 7"
+    assert any("a preview made while workers run" in note for note in observation.metadata["plan"].value["notes"])
+    assert s.partitions() == 2  # a dry run changes nothing
