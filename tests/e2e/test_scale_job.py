@@ -38,6 +38,7 @@ from assets.scaling.lag_sensor import lag_sensor
 from streaming import Serdes
 from streaming.admin import create_topics, partition_counts, watermarks
 from streaming.naming import changelog_topic, generation_name
+from streaming.runtime.membership import live_workers
 from streaming.runtime.partitioning import partition_for_key
 from streaming.testing.generators import GeneratedRecord
 from streaming.testing.kafka import group_lag, produce, read_topic, wait_for
@@ -195,8 +196,8 @@ def test_scaling_is_refused_with_one_line_and_nothing_changed(bootstrap: str, un
     workdir.mkdir()
     worker = start_worker(bootstrap, "tests.integration.workloads.scaling_app:topology", s.config, workdir, 0, ROOT)
     try:
-        wait_for(lambda: f"worker {unique_name} started" in (workdir / "worker-0.log").read_text(errors="replace"), 60,
-                 "the worker to start")
+        wait_for(lambda: bool(live_workers({"bootstrap.servers": bootstrap}, unique_name)), 60,
+                 "the worker's announcement")
         live = failure(s.scale(4, spark))
         assert "alive" in live and "\n" not in live, live
     finally:

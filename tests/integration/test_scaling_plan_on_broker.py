@@ -17,7 +17,7 @@ from assets.scaling.stages import write_stream_time
 from streaming import JoinWindows, KafkaStreams, Materialized, Serdes, StreamsBuilder, TimeWindows, Topology
 from streaming.admin import create_topics, partition_counts
 from streaming.naming import changelog_topic, stream_time_topic
-from streaming.runtime.membership import LiveWorkersError
+from streaming.runtime.membership import LiveWorkersError, live_workers
 from streaming.runtime.stream_time import decode_record
 from streaming.scaling import ScalingError, ScalingPlan, make_plan
 from streaming.testing.kafka import group_lag, produce, read_topic, wait_for
@@ -143,7 +143,8 @@ def test_a_live_worker_is_refused_by_name(bootstrap: str, ran: dict[str, str]) -
     streams = KafkaStreams(topology(ran["clicks"], ran["views"], ran["out"]),
                            streams_config(bootstrap, ran["app"], ran["state"]))
     streams.start()
-    try:
+    try:  # start() returns before the instance's first announcement is on <app>-metadata
+        wait_for(lambda: bool(live_workers({"bootstrap.servers": bootstrap}, ran["app"])), 30, "the announcement")
         with pytest.raises(LiveWorkersError) as refusal:
             make_plan(topology(ran["clicks"], ran["views"], ran["out"]), ran["app"], {"bootstrap.servers": bootstrap},
                       [ran["clicks"], ran["views"]], 4)
