@@ -74,6 +74,12 @@ class Scenario:
             "snapshots": {"location": str(tmp_path / "snapshots")}, "scaling": scaling or {},
         }))
 
+    def set_env(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The app's topics for the workers and the topology (``SCALE_*``)."""
+        for name, topic in (("CLICKS", self.clicks), ("VIEWS", self.views), ("COUNTS", self.counts),
+                            ("JOINED", self.joined)):
+            monkeypatch.setenv(f"SCALE_{name}", topic)
+
     def spec(self) -> PlatformSpec:
         return load_platform_spec(self.spec_path)
 
@@ -141,8 +147,7 @@ class Scenario:
 def test_an_app_grows_from_2_to_4_partitions_and_shrinks_back_through_the_scale_job(
         bootstrap: str, unique_name: str, tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     s = Scenario(bootstrap, unique_name, tmp_path)
-    for name, topic in (("CLICKS", s.clicks), ("VIEWS", s.views), ("COUNTS", s.counts), ("JOINED", s.joined)):
-        monkeypatch.setenv(f"SCALE_{name}", topic)
+    s.set_env(monkeypatch)
     monkeypatch.setenv("BROOK_PLATFORM_SPEC", str(s.spec_path))
     create_topics(bootstrap, {s.clicks: 2, s.views: 2, s.counts: 2, s.joined: 2})
     s.produce(0, 400)
@@ -179,8 +184,7 @@ def test_scaling_is_refused_with_one_line_and_nothing_changed(bootstrap: str, un
                                                               spark: SparkSession,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     s = Scenario(bootstrap, unique_name, tmp_path)
-    for name, topic in (("CLICKS", s.clicks), ("VIEWS", s.views), ("COUNTS", s.counts), ("JOINED", s.joined)):
-        monkeypatch.setenv(f"SCALE_{name}", topic)
+    s.set_env(monkeypatch)
     monkeypatch.setenv("BROOK_PLATFORM_SPEC", str(s.spec_path))
     create_topics(bootstrap, {s.clicks: 2, s.views: 2, s.counts: 2, s.joined: 2})
     s.produce(0, 50)
@@ -216,8 +220,7 @@ def test_the_runbook_commands_plan_execute_and_delete_the_old_generation(
         bootstrap: str, unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """platform/runbooks/scale-partitions.md, steps 2, 3 and 5, from a shell."""
     s = Scenario(bootstrap, unique_name, tmp_path)
-    for name, topic in (("CLICKS", s.clicks), ("VIEWS", s.views), ("COUNTS", s.counts), ("JOINED", s.joined)):
-        monkeypatch.setenv(f"SCALE_{name}", topic)
+    s.set_env(monkeypatch)
     monkeypatch.setenv("BROOK_PLATFORM_SPEC", str(s.spec_path))
     env = {"BROOK_BOOTSTRAP_SERVERS": bootstrap}
     create_topics(bootstrap, {s.clicks: 2, s.views: 2, s.counts: 2, s.joined: 2})
@@ -256,8 +259,7 @@ def test_sustained_lag_requests_one_dry_run_sized_from_the_measured_rates(
         bootstrap: str, unique_name: str, tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     s = Scenario(bootstrap, unique_name, tmp_path, scaling={"lag_records": 1_000, "sustained_minutes": 1,
                                                             "headroom": 1.5, "drain_minutes": 30})
-    for name, topic in (("CLICKS", s.clicks), ("VIEWS", s.views), ("COUNTS", s.counts), ("JOINED", s.joined)):
-        monkeypatch.setenv(f"SCALE_{name}", topic)
+    s.set_env(monkeypatch)
     create_topics(bootstrap, {s.clicks: 2, s.views: 2, s.counts: 2, s.joined: 2})
     now = [1_800_000_000.0]
     job = scale_job("counter", unique_name)
