@@ -74,11 +74,14 @@ class Scenario:
             "snapshots": {"location": str(tmp_path / "snapshots")}, "scaling": scaling or {},
         }))
 
-    def set_env(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """The app's topics for the workers and the topology (``SCALE_*``)."""
+    def start(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The app's topics (2 partitions each), named to the workers and the topology (``SCALE_*``), and the spec
+        named to ``brook`` (``BROOK_PLATFORM_SPEC``)."""
         for name, topic in (("CLICKS", self.clicks), ("VIEWS", self.views), ("COUNTS", self.counts),
                             ("JOINED", self.joined)):
             monkeypatch.setenv(f"SCALE_{name}", topic)
+        monkeypatch.setenv("BROOK_PLATFORM_SPEC", str(self.spec_path))
+        create_topics(self.bootstrap, {self.clicks: 2, self.views: 2, self.counts: 2, self.joined: 2})
 
     def spec(self) -> PlatformSpec:
         return load_platform_spec(self.spec_path)
@@ -147,9 +150,7 @@ class Scenario:
 def test_an_app_grows_from_2_to_4_partitions_and_shrinks_back_through_the_scale_job(
         bootstrap: str, unique_name: str, tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     s = Scenario(bootstrap, unique_name, tmp_path)
-    s.set_env(monkeypatch)
-    monkeypatch.setenv("BROOK_PLATFORM_SPEC", str(s.spec_path))
-    create_topics(bootstrap, {s.clicks: 2, s.views: 2, s.counts: 2, s.joined: 2})
+    s.start(monkeypatch)
     s.produce(0, 400)
     s.process()
     s.check()
@@ -184,9 +185,7 @@ def test_scaling_is_refused_with_one_line_and_nothing_changed(bootstrap: str, un
                                                               spark: SparkSession,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     s = Scenario(bootstrap, unique_name, tmp_path)
-    s.set_env(monkeypatch)
-    monkeypatch.setenv("BROOK_PLATFORM_SPEC", str(s.spec_path))
-    create_topics(bootstrap, {s.clicks: 2, s.views: 2, s.counts: 2, s.joined: 2})
+    s.start(monkeypatch)
     s.produce(0, 50)
     s.process()
     before = s.spec_path.read_text()
@@ -259,8 +258,7 @@ def test_sustained_lag_requests_one_dry_run_sized_from_the_measured_rates(
         bootstrap: str, unique_name: str, tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     s = Scenario(bootstrap, unique_name, tmp_path, scaling={"lag_records": 1_000, "sustained_minutes": 1,
                                                             "headroom": 1.5, "drain_minutes": 30})
-    s.set_env(monkeypatch)
-    create_topics(bootstrap, {s.clicks: 2, s.views: 2, s.counts: 2, s.joined: 2})
+    s.start(monkeypatch)
     now = [1_800_000_000.0]
     job = scale_job("counter", unique_name)
     sensor = lag_sensor(s.spec(), {"counter": job}, clock=lambda: now[0])
