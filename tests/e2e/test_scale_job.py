@@ -219,10 +219,8 @@ def test_the_runbook_commands_plan_execute_and_delete_the_old_generation(
         bootstrap: str, unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """platform/runbooks/scale-partitions.md, steps 2, 3 and 5, from a shell."""
     s = Scenario(bootstrap, unique_name, tmp_path)
-    s.set_env(monkeypatch)
-    monkeypatch.setenv("BROOK_PLATFORM_SPEC", str(s.spec_path))
+    s.start(monkeypatch)
     env = {"BROOK_BOOTSTRAP_SERVERS": bootstrap}
-    create_topics(bootstrap, {s.clicks: 2, s.views: 2, s.counts: 2, s.joined: 2})
     s.produce(0, 100)
     s.process()
     plan = tmp_path / "plan.json"
