@@ -83,17 +83,19 @@ def changelog_growth(spec: PlatformSpec, app_name: str, store: str,
 
 
 def growth_sensor(spec: PlatformSpec, compaction_keys: Mapping[tuple[str, str], dg.AssetKey],
-                  clock: Callable[[], float] = time.time, minimum_interval_seconds: int = 300) -> dg.SensorDefinition:
+                  clock: Callable[[], float] = time.time, minimum_interval_seconds: int | None = None
+                  ) -> dg.SensorDefinition:
     """The sensor that requests ``compaction_keys[(app, store)]`` when that store's changelog grew past the
     spec's thresholds (``snapshots.growth``), at most once per ``at_most_every_minutes`` per store; it ticks
-    at most every ``minimum_interval_seconds``. ``clock`` gives the time (epoch seconds)."""
+    at most every ``minimum_interval_seconds`` (default: the spec's ``check_every_seconds``). ``clock`` gives the
+    time (epoch seconds)."""
     growth_spec = spec.snapshots.growth
     every_s = growth_spec.at_most_every_minutes * 60
 
     @dg.sensor(
         name=GROWTH_SENSOR,
         asset_selection=dg.AssetSelection.assets(*compaction_keys.values()),
-        minimum_interval_seconds=minimum_interval_seconds,
+        minimum_interval_seconds=minimum_interval_seconds or growth_spec.check_every_seconds,
         default_status=dg.DefaultSensorStatus.STOPPED,
         description=(f"Compacts a store whose changelog grew {growth_spec.records} records, or {growth_spec.ratio}x "
                      f"its snapshot's keys, past its newest snapshot; at most once every "

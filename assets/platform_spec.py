@@ -385,24 +385,27 @@ class ReprocessSpec(_Model):
 class GrowthSpec(_Model):
     """When the sensor ``compact_grown_changelogs`` compacts a store between nightly compactions: its changelog
     grew ``records`` records past the newest snapshot, or ``ratio`` times the snapshot's keys; at most once
-    every ``at_most_every_minutes`` per store."""
+    every ``at_most_every_minutes`` per store. The sensor looks every ``check_every_seconds``."""
 
     records: PositiveInt = 1_000_000
     ratio: PositiveFloat = 2.0
     at_most_every_minutes: PositiveInt = 60
+    check_every_seconds: PositiveInt = 300
 
 
 class ScalingSpec(_Model):
     """When the sensor ``plan_scaling_on_lag`` plans a scaling (a dry run; it never stops workers): an app's
     consumer lag stayed at or over ``lag_records`` for ``sustained_minutes``. The plan's partition count keeps up
     with the measured input rate and drains the lag within ``drain_minutes``, with ``headroom``, at most
-    ``max_partitions`` (:mod:`assets.lag`)."""
+    ``max_partitions`` (:mod:`assets.lag`). The sensor samples the lag every ``check_every_seconds`` (keep it well
+    under ``sustained_minutes``)."""
 
     lag_records: PositiveInt = 100_000
     sustained_minutes: PositiveFloat = 15
     headroom: PositiveFloat = 1.5
     drain_minutes: PositiveFloat = 30
     max_partitions: PositiveInt = 64
+    check_every_seconds: PositiveInt = 60
 
 
 class SnapshotsSpec(_Model):

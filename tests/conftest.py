@@ -45,6 +45,7 @@ XDIST_GROUPS: dict[str, str] = {
     "tests/integration/test_reprocess_spark.py": "spark",
     "tests/integration/test_reprocess_equals_live.py": "spark",
     "tests/e2e/test_spark_standalone.py": "spark",  # a standalone cluster's JVMs, and a session on it
+    "tests/e2e/test_sensors_daemon.py": "spark",  # the daemon's compaction run starts a local Spark
     # the fault-injection runs: several worker processes each, SIGKILLed on a schedule, with short session
     # timeouts; two of them at once on 2 cores would starve each other's heartbeats
     "tests/integration/test_fault_injection.py": "faults",

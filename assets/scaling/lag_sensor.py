@@ -34,16 +34,17 @@ LAG_SENSOR = "plan_scaling_on_lag"
 
 
 def lag_sensor(spec: PlatformSpec, jobs: dict[str, dg.JobDefinition], clock: Callable[[], float] = time.time,
-               minimum_interval_seconds: int = 60) -> dg.SensorDefinition:
+               minimum_interval_seconds: int | None = None) -> dg.SensorDefinition:
     """The sensor requesting ``jobs[app]`` (``scale_<app>``) as a dry run for an app whose lag stays high (module
-    doc); ``clock`` gives the time (epoch seconds)."""
+    doc), ticking at most every ``minimum_interval_seconds`` (default: the spec's ``scaling.check_every_seconds``);
+    ``clock`` gives the time (epoch seconds)."""
     rules = spec.scaling
     sustained_s = rules.sustained_minutes * 60
 
     @dg.sensor(
         name=LAG_SENSOR,
         jobs=list(jobs.values()),
-        minimum_interval_seconds=minimum_interval_seconds,
+        minimum_interval_seconds=minimum_interval_seconds or rules.check_every_seconds,
         default_status=dg.DefaultSensorStatus.STOPPED,
         description=(f"A dry run of scale_<app> when an app's lag stays >= {rules.lag_records} records for "
                      f"{rules.sustained_minutes:g} min, sized from the measured rates; never stops workers."),

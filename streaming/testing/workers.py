@@ -7,22 +7,23 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 __all__ = ["start_worker", "stop_workers"]
 
 
 def start_worker(bootstrap: str, target: str, config: Path, workdir: Path, index: int, project: Path,
-                 settings: Mapping[str, object] | None = None) -> subprocess.Popen[bytes]:
+                 settings: Mapping[str, object] | None = None, prefix: Sequence[str] = ()) -> subprocess.Popen[bytes]:
     """``brook worker run target --config config`` with ``state.dir`` ``workdir/state-<index>``, its output appended
     to ``workdir/worker-<index>.log``; run in ``project`` (which is put on the import path, so ``target`` may name
-    a module of it), with ``settings`` as ``--set`` overrides."""
+    a module of it), with ``settings`` as ``--set`` overrides, after ``prefix`` (e.g. a network namespace's
+    ``ip netns exec NAME``: :meth:`streaming.testing.netns.Host.command`)."""
     chosen = {"bootstrap.servers": bootstrap, "state.dir": str(workdir / f"state-{index}"), **(settings or {})}
     overrides = [arg for key, value in chosen.items() for arg in ("--set", f"{key}={value}")]
     log = (workdir / f"worker-{index}.log").open("ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "streaming.cli.main", "worker", "run", target, "--config", str(config), *overrides],
+        [*prefix, sys.executable, "-m", "streaming.cli.main", "worker", "run", target, "--config", str(config), *overrides],
         cwd=project, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(project)})
 
 

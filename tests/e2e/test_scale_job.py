@@ -32,7 +32,7 @@ from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
 from assets.platform_spec import PlatformSpec, load_platform_spec
-from assets.resources import KafkaResource, PlatformResource, spark_resource
+from assets.resources import KafkaResource, PlatformResource, SparkResource, spark_resource
 from assets.scaling.jobs import scale_definitions, scale_job, scaling_asset_key
 from assets.scaling.lag_sensor import lag_sensor
 from streaming import Serdes
@@ -65,7 +65,7 @@ class Scenario:
         self.spec_path.write_text(yaml.safe_dump({
             "version": 1, "default_cluster": "embedded",
             "clusters": {"embedded": {"bootstrap_servers": bootstrap, "embedded": True}},
-            "topics": {t: {"partitions": 2, "key": "string", "value": "string"}
+            "topics": {t: {"partitions": 2, "key": "string", "value": "long" if t == self.counts else "string"}
                        for t in (self.clicks, self.views, self.counts, self.joined)},
             "apps": {"counter": {"application_id": app_id,
                                  "topology": "tests.integration.workloads.scaling_app:topology",
@@ -73,15 +73,6 @@ class Scenario:
                                  "outputs": [self.counts, self.joined], "co_partitioned": [[self.clicks, self.views]]}},
             "snapshots": {"location": str(tmp_path / "snapshots")}, "scaling": scaling or {},
         }))
-
-    def start(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """The app's topics (2 partitions each), named to the workers and the topology (``SCALE_*``), and the spec
-        named to ``brook`` (``BROOK_PLATFORM_SPEC``)."""
-        for name, topic in (("CLICKS", self.clicks), ("VIEWS", self.views), ("COUNTS", self.counts),
-                            ("JOINED", self.joined)):
-            monkeypatch.setenv(f"SCALE_{name}", topic)
-        monkeypatch.setenv("BROOK_PLATFORM_SPEC", str(self.spec_path))
-        create_topics(self.bootstrap, {self.clicks: 2, self.views: 2, self.counts: 2, self.joined: 2})
 
     def spec(self) -> PlatformSpec:
         return load_platform_spec(self.spec_path)
@@ -101,13 +92,16 @@ class Scenario:
             produce(self.bootstrap, self.physical(topic), records, STRING, STRING)
             self.produced[topic].extend(records)
 
+    def start_workers(self, workdir: Path) -> list[subprocess.Popen[bytes]]:
+        """Two ``brook worker run`` of the app here, logging to ``workdir/worker-<i>.log``."""
+        return [start_worker(self.bootstrap, "tests.integration.workloads.scaling_app:topology", self.config, workdir,
+                             i, ROOT) for i in range(2)]
+
     def process(self) -> str:
         """Two workers run until the group committed every input of the current generation, then stop; their logs."""
         workdir = self.tmp / f"workers-{self.partitions()}-{len(self.produced[self.clicks])}"
         workdir.mkdir()
-        workers: list[subprocess.Popen[bytes]] = [
-            start_worker(self.bootstrap, "tests.integration.workloads.scaling_app:topology", self.config, workdir, i,
-                         ROOT) for i in range(2)]
+        workers = self.start_workers(workdir)
         try:
             n = self.partitions()
             wait_for(lambda: all(group_lag(self.bootstrap, self.app_id, self.physical(t), n) == 0
@@ -115,14 +109,19 @@ class Scenario:
                      or any(w.poll() is not None for w in workers), 120, "the workers to commit every input")
             assert all(w.poll() is None for w in workers), (workdir / "worker-0.log").read_text()[-3000:]
         finally:
-            stop_workers(workers)
+            # one after the other, as a rolling stop does: members leaving the embedded broker's group at the same
+            # instant can leave it without a leader for the next workers (the README's broker limits)
+            for worker in workers:
+                stop_workers([worker])
         return "".join((workdir / f"worker-{i}.log").read_text(errors="replace") for i in range(2))
 
     def scale(self, partitions: int, spark: SparkSession, *, dry_run: bool = False, mode: str = "migrate",
               topics: list[str] | None = None) -> dg.ExecuteInProcessResult:
         defs = dg.Definitions.merge(scale_definitions(self.spec()), dg.Definitions(resources={
             "kafka": KafkaResource(bootstrap_servers=self.bootstrap),
-            "platform": PlatformResource(path=str(self.spec_path)), "pyspark": spark_resource()}))
+            "platform": PlatformResource(path=str(self.spec_path)),
+            # the job's session is ``spark`` (the local one, or one on a cluster), made with its conf
+            "pyspark": SparkResource(spark_config={k: str(v) for k, v in spark.sparkContext.getConf().getAll()})}))
         return defs.resolve_job_def("scale_counter").execute_in_process(run_config={"ops": {"scale_counter_op": {
             "config": {"partitions": partitions, "dry_run": dry_run, "mode": mode, "topics": topics}}}},
             raise_on_error=False)
@@ -147,31 +146,49 @@ class Scenario:
         assert joined == Counter(f"{c.value}|{v.value}" for c in clicks for v in views if c.key == v.key)
 
 
+def start(bootstrap: str, app_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+          scaling: dict[str, float] | None = None, scenario: type[Scenario] = Scenario) -> Scenario:
+    """A :class:`Scenario` with the app's topics created (2 partitions) and named in the environment, its spec in
+    ``BROOK_PLATFORM_SPEC``."""
+    s = scenario(bootstrap, app_id, tmp_path, scaling)
+    for name, topic in (("CLICKS", s.clicks), ("VIEWS", s.views), ("COUNTS", s.counts), ("JOINED", s.joined)):
+        monkeypatch.setenv(f"SCALE_{name}", topic)
+    monkeypatch.setenv("BROOK_PLATFORM_SPEC", str(s.spec_path))
+    create_topics(bootstrap, {s.clicks: 2, s.views: 2, s.counts: 2, s.joined: 2})
+    return s
+
+
+def scale_and_resume(s: Scenario, partitions: int, generation: int, spark: SparkSession) -> str:
+    """Scale through the job to ``partitions`` (the app's ``generation``), check the moved state, produce new input,
+    process it with restarted workers and check again: every store of every new task restored from the scaling's
+    fresh snapshots of the new generation. The workers' logs."""
+    before = s.partitions()
+    result = s.scale(partitions, spark)
+    assert result.success, failure(result)
+    materialization = result.asset_materializations_for_node("scale_counter_op")[0]
+    assert materialization.asset_key == scaling_asset_key("counter")
+    assert materialization.metadata["partitions"].value == f"{before} -> {partitions}"
+    app = s.spec().apps["counter"]
+    assert s.partitions() == partitions and app.physical_topic(s.clicks) == generation_name(s.clicks, generation)
+    assert app.physical_changelog("counts") == generation_name(changelog_topic(s.app_id, "counts"), generation)
+    s.check()  # before new input: the moved state is the old state
+    s.produce(400 * (generation - 1), 200)
+    logs = s.process()
+    s.check()
+    loaded = re.findall(r"store '([\w-]+)': loaded snapshot \w+ of (\S+)\[(\d+)\]", logs)
+    assert {(store, topic, int(p)) for store, topic, p in loaded} == {
+        (store, app.physical_changelog(store), p) for store in STORES for p in range(partitions)}
+    return logs
+
+
 def test_an_app_grows_from_2_to_4_partitions_and_shrinks_back_through_the_scale_job(
         bootstrap: str, unique_name: str, tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
-    s = Scenario(bootstrap, unique_name, tmp_path)
-    s.start(monkeypatch)
+    s = start(bootstrap, unique_name, tmp_path, monkeypatch)
     s.produce(0, 400)
     s.process()
     s.check()
-
     for partitions, generation in ((4, 2), (2, 3)):
-        result = s.scale(partitions, spark)
-        assert result.success
-        materialization = result.asset_materializations_for_node("scale_counter_op")[0]
-        assert materialization.asset_key == scaling_asset_key("counter")
-        assert materialization.metadata["partitions"].value == f"{4 if partitions == 2 else 2} -> {partitions}"
-        app = s.spec().apps["counter"]
-        assert s.partitions() == partitions and app.physical_topic(s.clicks) == generation_name(s.clicks, generation)
-        assert app.physical_changelog("counts") == generation_name(changelog_topic(unique_name, "counts"), generation)
-        s.check()  # before new input: the moved state is the old state
-        s.produce(400 * (generation - 1), 200)
-        logs = s.process()
-        s.check()
-        # Restored from the scaling's fresh snapshots of the new generation: every store of every new task.
-        loaded = re.findall(r"store '([\w-]+)': loaded snapshot \w+ of (\S+)\[(\d+)\]", logs)
-        assert {(store, topic, int(p)) for store, topic, p in loaded} == {
-            (store, app.physical_changelog(store), p) for store in STORES for p in range(partitions)}
+        scale_and_resume(s, partitions, generation, spark)
 
 
 def failure(result: dg.ExecuteInProcessResult) -> str:
@@ -184,8 +201,7 @@ def failure(result: dg.ExecuteInProcessResult) -> str:
 def test_scaling_is_refused_with_one_line_and_nothing_changed(bootstrap: str, unique_name: str, tmp_path: Path,
                                                               spark: SparkSession,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    s = Scenario(bootstrap, unique_name, tmp_path)
-    s.start(monkeypatch)
+    s = start(bootstrap, unique_name, tmp_path, monkeypatch)
     s.produce(0, 50)
     s.process()
     before = s.spec_path.read_text()
@@ -218,8 +234,7 @@ def brook(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 def test_the_runbook_commands_plan_execute_and_delete_the_old_generation(
         bootstrap: str, unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """platform/runbooks/scale-partitions.md, steps 2, 3 and 5, from a shell."""
-    s = Scenario(bootstrap, unique_name, tmp_path)
-    s.start(monkeypatch)
+    s = start(bootstrap, unique_name, tmp_path, monkeypatch)
     env = {"BROOK_BOOTSTRAP_SERVERS": bootstrap}
     s.produce(0, 100)
     s.process()
@@ -254,9 +269,8 @@ def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> N
 
 def test_sustained_lag_requests_one_dry_run_sized_from_the_measured_rates(
         bootstrap: str, unique_name: str, tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
-    s = Scenario(bootstrap, unique_name, tmp_path, scaling={"lag_records": 1_000, "sustained_minutes": 1,
-                                                            "headroom": 1.5, "drain_minutes": 30})
-    s.start(monkeypatch)
+    s = start(bootstrap, unique_name, tmp_path, monkeypatch, scaling={"lag_records": 1_000, "sustained_minutes": 1,
+                                                                      "headroom": 1.5, "drain_minutes": 30})
     now = [1_800_000_000.0]
     job = scale_job("counter", unique_name)
     sensor = lag_sensor(s.spec(), {"counter": job}, clock=lambda: now[0])

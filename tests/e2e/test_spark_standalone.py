@@ -1,7 +1,8 @@
 """The platform's Spark jobs on a Spark standalone cluster (a master and two workers started with pyspark's
-``spark-class``), not ``local[*]``: changelog compaction through its Dagster asset, and one day of the orders
-pipeline reprocessed from the archive, each checked as its local-mode test checks it
-(``tests/e2e/test_compaction.py``, ``tests/integration/test_reprocess_spark.py``, whose helpers these reuse).
+``spark-class``), not ``local[*]``: changelog compaction through its Dagster asset, one day of the orders
+pipeline reprocessed from the archive, and an app scaled from 2 to 4 partitions through ``scale_<app>``
+(migrate), each checked as its local-mode test checks it (``tests/e2e/test_compaction.py``,
+``tests/integration/test_reprocess_spark.py``, ``tests/e2e/test_scale_job.py``, whose helpers these reuse).
 
 The session is made as ``platform/runbooks/deploy.md`` says (``BROOK_SPARK_MASTER``, ``BROOK_SPARK_CONF`` with
 ``spark.submit.pyFiles`` naming Brook's zipped code); the executors import Brook from that zip, and their task
@@ -40,6 +41,7 @@ from tests.e2e.test_compaction import (
     store_contents,
     topology,
 )
+from tests.e2e.test_scale_job import scale_and_resume, start
 from tests.integration.test_reprocess_spark import DAYS, OUTPUTS, inputs, spark_outputs, spec_for, write_archive
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -136,3 +138,19 @@ def test_reprocessing_a_day_on_the_cluster_gives_what_run_day_gives(
         assert spark_outputs(spec, topic, day) == want, topic
         assert done.records_out[topic] == len(want)
     assert all(after[w] > before[w] for w in after), f"tasks on both workers' executors: {before} -> {after}"
+
+
+def test_scaling_on_the_cluster_moves_every_store_from_2_to_4_partitions(
+        spark_cluster_session: SparkSession, spark_cluster: SparkStandaloneCluster, bootstrap: str,
+        unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's copy, re-shard and snapshots run on the executors; the new workers restore from those snapshots
+    (written by the executors to the shared snapshot directory) and count on exactly."""
+    s = start(bootstrap, unique_name, tmp_path, monkeypatch)
+    s.produce(0, 400)
+    s.process()
+    s.check()
+    app_id = spark_cluster_session.sparkContext.applicationId
+    before = finished_tasks(spark_cluster, app_id)
+    scale_and_resume(s, 4, 2, spark_cluster_session)
+    after = finished_tasks(spark_cluster, app_id)
+    assert all(after[w] > before[w] for w in after), f"the scaling's tasks on both workers' executors: {before} -> {after}"
