@@ -21,7 +21,8 @@ order in one Spark session, checking the whole range first (:func:`check_days`),
    run left — its stores from the batch's own snapshots, read on the executor — each next day from the state the
    day before handed on, in memory, as separate runs would read it back. Each day's store rows are written as that
    day's snapshot, on the executor. Their scratch stores live on tmpfs when there is room
-   (:func:`streaming.batch.scratch_dir`). The driver collects only the tasks' small summaries, once.
+   (:func:`streaming.batch.scratch_dir`). The driver collects nothing but small summaries: the tasks' (through an
+   accumulator) and the outputs' job's, which is the run's one Spark job.
 4. **Outputs**: what the tasks wrote to each topic is merged per partition and day
    (:func:`streaming.batch.merge_partition`) and written in the archive's layout to
    ``<reprocess root>/<app>/<topic>/date=<day>/`` — the outputs of each day's run (each record with its own
@@ -37,6 +38,7 @@ A task failing on a day (a failed record) stops its run there; the days before i
 
 from __future__ import annotations
 
+import gc
 import logging
 import shutil
 import tempfile
@@ -55,6 +57,7 @@ import pyarrow as pa
 from assets.app_topologies import app_settings, load_app_topology
 from assets.archive.decode import (
     ERROR_COLUMN,
+    HEADERS_TYPE,
     RAW_KEY_COLUMN,
     RAW_VALUE_COLUMN,
     RECORD_HEADERS_COLUMN,
@@ -64,8 +67,6 @@ from assets.archive.decode import (
     decoded_schema,
 )
 from assets.archive.layout import RAW_DIR, UNDECODABLE_DIR
-from assets.archive.materialize import READ_SCHEMA
-from assets.archive.schema import arrow_schema
 from assets.archive.writer import discard_staging, publish_day, recover_day, staging_dir
 from assets.platform_spec import AppSpec, PlatformSpec, TopicSpec
 from assets.reprocess.inputs import DayInput, ReprocessInputError, check_archived, day_input
@@ -91,21 +92,21 @@ from streaming.state.store_identity import StoreIdentity
 
 if TYPE_CHECKING:
     from pyspark import RDD
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
-__all__ = ["CheckedApp", "PreparedDay", "ReprocessRunError", "ReprocessedDay", "StageContext", "check_app",
+__all__ = ["CheckedApp", "OutputContext", "PreparedDay", "ReprocessRunError", "ReprocessedDay", "StageContext", "check_app",
            "check_days", "day_range", "prepare_day", "prepare_following", "prepare_range", "reprocess_day",
-           "reprocess_days", "run_day_on_spark", "run_days_on_spark", "run_stage_partition"]
+           "reprocess_days", "run_day_on_spark", "run_days_on_spark", "run_stage_partition", "write_output_partition"]
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-# What a stage's Spark partition yields, tagged: records for a fed topic's reader, records written out, the
-# merged records of a fed topic the app also declares as an output, and the task's summary.
-FED, WRITTEN, MERGED, SUMMARY = "fed", "written", "merged", "summary"
+# What a stage's Spark partition yields, tagged: records for a fed topic's reader, records written out, and the
+# merged records of a fed topic the app also declares as an output.
+FED, WRITTEN, MERGED = "fed", "written", "merged"
 #: A dead-letter topic's records are kept as bytes (they are whatever could not be processed).
 DEAD_LETTERS = TopicSpec(partitions=1, key="bytes", value="bytes")
-#: The column of an output row naming the day whose run wrote it (the partition column of the days' writes).
+#: The partition column of the run's days in the directory a topic's days are first written to (as the archive's).
 DATE = "date"
 #: Where the decoded records of every day of a run are written, partitioned by day, before each day is published.
 RECORDS_DIR = "records"
@@ -127,6 +128,8 @@ class StageContext:
     location: str
     snapshot_ids: tuple[str, ...]
     chunk: int
+    summaries: Any = None
+    """The accumulator each task adds its summaries to (:class:`SummaryList`)."""
 
 
 @dataclass
@@ -382,15 +385,28 @@ def run_days_on_spark(spark: SparkSession, days: list[PreparedDay]) -> list[Repr
         for store in first.stores:
             _clear_snapshot(location, plan.application_id, store, snapshot_id(day.day))
 
+    accumulator = spark.sparkContext.accumulator([], SummaryList())
     context = StageContext(app_name, spec.apps[app_name], first.settings, plan.partition_counts, -1,
                            {task: state.to_json() for task, state in (previous.tasks if previous else {}).items()},
                            dict(previous.next_offsets) if previous else {}, first.previous_snapshots, location, ids,
-                           spec.reprocess.chunk)
-    summaries, written, merged = _run_stages(spark, plan, context, [d.replayed for d in days])
-    failed = min((s for s in summaries if "error" in s), key=lambda s: s["day"], default=None)
-    finished = days if failed is None else days[:failed["day"]]
-    outputs = _merge_outputs(written, context.fed_offsets).union(merged)
-    paths, counts = _write_outputs(spark, spec, plan, app_name, finished, outputs)
+                           spec.reprocess.chunk, accumulator)
+    outputs = _run_stages(spark, plan, context, [d.replayed for d in days])
+    topics = {**{topic: spec.topics[topic] for topic in plan.output_topics},
+              dead_letter_topic(plan.application_id): DEAD_LETTERS}
+    run = uuid.uuid4().hex[:12]
+    together = {topic: root / app_name / topic / f".days-{run}" for topic in topics}
+    try:
+        written = _write_output_files(outputs, OutputContext(topics, dict(context.fed_offsets),
+                                                             tuple(d.day.isoformat() for d in days),
+                                                             {topic: str(path) for topic, path in together.items()}))
+        # one summary per task and day (a task Spark ran twice added its summaries twice)
+        summaries = list({(s["task"], s["day"]): s for s in accumulator.value}.values())
+        failed = min((s for s in summaries if "error" in s), key=lambda s: s["day"], default=None)
+        finished = days if failed is None else days[:failed["day"]]
+        paths, counts = _publish_outputs(root / app_name, app_name, topics, together, finished, written)
+    finally:
+        for path in together.values():
+            shutil.rmtree(path, ignore_errors=True)
 
     next_offsets = dict(context.fed_offsets)
     task_seconds = [sum(s["seconds"] for s in summaries if s["day"] == index) for index in range(len(days))]
@@ -436,33 +452,45 @@ def run_days_on_spark(spark: SparkSession, days: list[PreparedDay]) -> list[Repr
 
 # -- the stages -------------------------------------------------------------------------------------------------
 
-def _run_stages(spark: SparkSession, plan: BatchPlan, context: StageContext, replayed: list[DayInput]
-                ) -> tuple[list[dict[str, Any]], RDD, RDD]:
-    """Every stage once for all the days, in order; returns the tasks' summaries (one per task and day, tagged with
-    the day's index) and what they wrote and the merged records of fed topics that are outputs (both as
-    ``(day index, record)``). Nothing is collected but the summaries, at the end."""
+class SummaryList:
+    """An accumulator of the tasks' summaries (``sc.accumulator([], SummaryList())``): a list, added to by each task
+    as it ends, read on the driver once the job that ran the stages is done."""
+
+    def zero(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return []
+
+    def addInPlace(self, first: list[dict[str, Any]], second: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        first.extend(second)
+        return first
+
+
+def _run_stages(spark: SparkSession, plan: BatchPlan, context: StageContext, replayed: list[DayInput]) -> RDD:
+    """Every stage once for all the days, in order, as RDDs (nothing runs yet); returns what the tasks wrote and the
+    merged records of fed topics that are outputs (``(tag, (day index, record))``). Each task adds its summaries
+    (one per day) to ``context.summaries`` as it ends.
+
+    A stage's results are kept (``persist``) and read twice: by the stages its fed topics feed (each reading only
+    the records of the topics it reads) and by the outputs' job."""
     sc = spark.sparkContext
-    external = sc.parallelize([(tp[1], (index, "in", record)) for index, day in enumerate(replayed)
-                               for tp, records in sorted(day.records.items()) for record in records],
-                              max(1, min(sc.defaultParallelism, 64)))
-    fed: RDD = sc.emptyRDD()
-    stages = []
+    results: dict[int, RDD] = {}
     for sub in plan.stages:
         sources = set(sub.source_topics)
-        stage_input = external.filter(lambda row, sources=sources: row[1][2].topic in sources).union(
-            fed.filter(lambda row, sources=sources: row[0] in sources)
-               .map(lambda row: (row[1][1].partition, (row[1][0], "fed", row[1][1]))))
-        results = (stage_input.partitionBy(len(plan.tasks[sub.id]), lambda partition: partition)
-                   .mapPartitionsWithIndex(partial(run_stage_partition, replace(context, subtopology=sub.id)),
-                                           preservesPartitioning=False)
-                   .persist())
-        stages.append(results)
-        fed = fed.union(results.filter(lambda row: row[0] == FED).map(lambda row: (row[1][1].topic, row[1])))
-    everything = sc.union(stages)
-    summaries = everything.filter(lambda row: row[0] == SUMMARY).map(lambda row: row[1]).collect()
-    written = everything.filter(lambda row: row[0] == WRITTEN).map(lambda row: row[1])
-    merged = everything.filter(lambda row: row[0] == MERGED).map(lambda row: row[1])
-    return summaries, written, merged
+        # each stage ships only its own input partitions' records
+        stage_input = sc.parallelize([(tp[1], (index, "in", record)) for index, day in enumerate(replayed)
+                                      for tp, records in sorted(day.records.items()) if tp[0] in sources
+                                      for record in records],
+                                     max(1, min(sc.defaultParallelism, len(plan.tasks[sub.id]))))
+        for upstream in plan.stages:
+            fed = sources & set(upstream.sink_topics) & plan.fed_topics
+            if upstream.id in results and fed:
+                stage_input = stage_input.union(
+                    results[upstream.id].filter(lambda row, fed=fed: row[0] == FED and row[1][1].topic in fed)
+                    .map(lambda row: (row[1][1].partition, (row[1][0], "fed", row[1][1]))))
+        results[sub.id] = (stage_input.partitionBy(len(plan.tasks[sub.id]), lambda partition: partition)
+                           .mapPartitionsWithIndex(partial(run_stage_partition, replace(context, subtopology=sub.id)),
+                                                   preservesPartitioning=False)
+                           .persist())
+    return sc.union([stage.filter(lambda row: row[0] != FED) for stage in results.values()])
 
 
 def run_stage_partition(context: StageContext, partition: int, rows: Iterable[tuple[int, tuple[int, str, Any]]]
@@ -470,6 +498,7 @@ def run_stage_partition(context: StageContext, partition: int, rows: Iterable[tu
     """One task of a stage, on an executor, for every day of the run in order: its records in (tagged with their
     day's index), and per day what it sent and its summary out (tagged rows). A day that fails ends the task with a
     summary naming the error (the driver finishes the days before it)."""
+    _freeze_worker_heap()
     plan = _plan(context.app_name, context.app, context.partition_counts)
     spec = plan.tasks[context.subtopology][partition]
     days = len(context.snapshot_ids)
@@ -495,7 +524,8 @@ def run_stage_partition(context: StageContext, partition: int, rows: Iterable[tu
             stats = {store: _write_snapshot_rows(context.location, plan.application_id, store, snapshot, partition,
                                                  rows) for store, rows in result.stores.items()}
         except Exception as exc:  # noqa: BLE001 -- the driver names it with its day, and finishes the days before
-            yield SUMMARY, {"day": index, "task": spec.id, "error": f"{type(exc).__name__}: {exc}", "seconds": 0.0}
+            context.summaries.add([{"day": index, "task": spec.id, "error": f"{type(exc).__name__}: {exc}",
+                                    "seconds": 0.0}])
             return
         to_readers, written = route(plan, result.outputs)
         for outputs in to_readers.values():
@@ -505,13 +535,21 @@ def run_stage_partition(context: StageContext, partition: int, rows: Iterable[tu
         for (topic, _), records in inputs.items():
             if topic in plan.fed_topics and topic in plan.output_topics:
                 yield from ((MERGED, (index, record)) for record in records)
-        yield SUMMARY, {"day": index, "task": spec.id, "state": result.state.to_json(), "stores": stats,
-                        "fed_offsets": {tp: next_offsets[tp] for tp in spec.source_partitions
-                                        if tp[0] in plan.fed_topics},
-                        "dropped_records": result.dropped_records, "late_records": result.late_records,
-                        "metrics": result.metrics, "seconds": time.process_time() - started}
+        context.summaries.add([{"day": index, "task": spec.id, "state": result.state.to_json(), "stores": stats,
+                                "fed_offsets": {tp: next_offsets[tp] for tp in spec.source_partitions
+                                                if tp[0] in plan.fed_topics},
+                                "dropped_records": result.dropped_records, "late_records": result.late_records,
+                                "metrics": result.metrics, "seconds": time.process_time() - started}])
         previous = result.state
         store_rows = {store: [rows] for store, rows in result.stores.items()}
+
+
+def _freeze_worker_heap() -> None:
+    """Leave what the Python worker holds when a task starts (its imported modules, Dagster and pyarrow among them)
+    out of the cyclic garbage collector's passes: Spark's worker runs ``gc.collect()`` after every task, and the
+    tasks' own allocations trigger full collections, each walking every object the imports made — measured at 40% of
+    the workers' time in a 3-day run. What is frozen is still freed by reference counting."""
+    gc.freeze()
 
 
 # -- the stores' snapshots ----------------------------------------------------------------------------------------
@@ -613,158 +651,140 @@ def _publish_snapshots(location: str, plan: BatchPlan, stores: list[str], snapsh
 
 # -- the outputs --------------------------------------------------------------------------------------------------
 
-def _merge_outputs(written: RDD, next_offsets: dict[TopicPartition, int]) -> RDD:
-    """What the tasks wrote (``(day index, output)``), merged per partition day by day and numbered on from the
-    previous run's ``next_offsets``: ``(day index, record)``."""
-    starts = dict(next_offsets)
-    return (written.map(lambda row: ((row[1].topic, row[1].partition), row)).groupByKey()
-            .flatMap(partial(_merge_days, starts)))
+@dataclass(frozen=True)
+class OutputContext:
+    """What every Spark partition of the outputs' job needs: the topics' specs, the next batch offset of each
+    partition before the run, the run's dates, and per topic the directory its days are first written to."""
+
+    topics: dict[str, TopicSpec]
+    starts: dict[TopicPartition, int]
+    dates: tuple[str, ...]
+    together: dict[str, str]
 
 
-def _merge_days(starts: dict[TopicPartition, int], group: tuple[TopicPartition, Iterable[tuple[int, BatchOutput]]]
-                ) -> Iterator[tuple[int, BatchRecord]]:
-    """One partition's outputs of every day, each day merged (:func:`streaming.batch.merge_partition`) and numbered
-    after the days before it."""
-    tp, rows = group
-    by_day: dict[int, list[BatchOutput]] = defaultdict(list)
-    for index, output in rows:
-        by_day[index].append(output)
-    offset = starts.get(tp, 0)
-    for index in sorted(by_day):
-        merged = merge_partition(by_day[index], offset)
-        offset += len(merged)
-        yield from ((index, record) for record in merged)
+def _write_output_files(outputs: RDD, context: OutputContext) -> list[dict[str, Any]]:
+    """The one Spark job of a run: per topic partition, its records of every day merged, numbered and written with
+    pyarrow on an executor (:func:`write_output_partition`) under ``context.together``; running it runs the stages.
+    Returns what each partition wrote per day."""
+    # as few tasks as cores: each costs more than the records do (the stages' results come in one partition per
+    # task of every stage)
+    parallelism = max(1, outputs.context.defaultParallelism)
+    return (outputs.map(lambda row: ((row[1][1].topic, row[1][1].partition), row[1])).coalesce(parallelism)
+            .groupByKey(parallelism).flatMap(partial(write_output_partition, context)).collect())
 
 
-def _as_row(dates: tuple[str, ...], row: tuple[int, BatchRecord]) -> tuple[Any, ...]:
-    """A record as a row of the archive's Kafka read schema, with the date of the day whose run wrote it."""
-    index, record = row
-    return (record.key, record.value, record.topic, record.partition, record.offset,
-            datetime.fromtimestamp(record.timestamp / 1000, tz=UTC),
-            [(k, v) for k, v in record.headers] if record.headers else None, dates[index])
-
-
-def _decode_with_date(batches: Iterable[pa.RecordBatch], topic: TopicSpec) -> Iterator[pa.RecordBatch]:
-    """:func:`assets.archive.decode.decode_batches` keeping each row's ``date`` (the day whose run wrote it)."""
-    schema = decoded_schema(topic)
-    for batch in batches:
-        yield decode_batch(batch, topic, schema).append_column(DATE, batch.column(DATE))
-
-
-def _write_outputs(spark: SparkSession, spec: PlatformSpec, plan: BatchPlan, app_name: str, days: list[PreparedDay],
-                   outputs: RDD) -> tuple[list[dict[str, Path]], list[dict[str, dict[int, int]]]]:
-    """Each output topic's records of each of ``days`` (of ``outputs``: ``(day index, record)``; those of later days
-    are left out), in the archive's layout, published atomically per topic and day; returns per day the paths and
-    the records per topic and partition. One Spark job counts the records, then each topic is written in three
-    (:func:`_write_topic`), however many days."""
-    from pyspark import StorageLevel
-
-    assert spec.reprocess is not None
-    root = spec.reprocess.root() / app_name
-    dates = tuple(d.day.isoformat() for d in days)
-    # The stages' results come in many small partitions (one per task of every stage): a write job per topic over
-    # each of them costs more than the records do, so they are gathered into as many partitions as Spark has cores.
-    parallelism = max(1, spark.sparkContext.defaultParallelism)
-    count = len(days)
-    rows = (spark.createDataFrame(outputs.filter(lambda row: row[0] < count).coalesce(parallelism)
-                                  .map(partial(_as_row, dates)), f"{READ_SCHEMA}, {DATE} string")
-            .persist(StorageLevel.MEMORY_AND_DISK))
+def _publish_outputs(root: Path, app_name: str, topics: dict[str, TopicSpec], together: dict[str, Path],
+                     days: list[PreparedDay], written: list[dict[str, Any]]
+                     ) -> tuple[list[dict[str, Path]], list[dict[str, dict[int, int]]]]:
+    """Each of ``days``' outputs (``written`` under ``together`` by :func:`_write_output_files`) published under
+    ``root`` atomically per topic and day, in the archive's layout; returns per day the paths and the records per
+    topic and partition. A dead-letter topic's day is published only when the day has some."""
     counts: list[dict[str, dict[int, int]]] = [defaultdict(dict) for _ in days]
+    undecodable: list[dict[str, int]] = [defaultdict(int) for _ in days]
     paths: list[dict[str, Path]] = [{} for _ in days]
-    try:
-        for topic, day, partition, records in rows.groupBy("topic", DATE, "partition").count().collect():
-            counts[dates.index(day)][topic][partition] = records
-        dead_letters = dead_letter_topic(plan.application_id)
-        topics = {topic: spec.topics[topic] for topic in plan.output_topics}
-        topics[dead_letters] = DEAD_LETTERS
+    for summary in written:
+        if summary["day"] < len(days):
+            counts[summary["day"]][summary["topic"]][summary["partition"]] = summary["records"]
+            undecodable[summary["day"]][summary["topic"]] += summary["undecodable"]
+    for index, day in enumerate(days):
         for topic, topic_spec in sorted(topics.items()):
-            # a dead-letter topic's day is written only when the day has some
-            written = [index for index in range(count) if topic != dead_letters or counts[index].get(topic)]
-            for index, path in _write_topic(rows, root, app_name, topic, topic_spec, days, written, counts).items():
-                paths[index][topic] = path
-    finally:
-        rows.unpersist()
-    return paths, [{topic: dict(counts[index].get(topic, {})) for topic in paths[index]} for index in range(count)]
+            if topic_spec is DEAD_LETTERS and not counts[index].get(topic):
+                continue
+            paths[index][topic] = _publish_output_day(root, together[topic], app_name, topic, topic_spec, day,
+                                                      sum(counts[index].get(topic, {}).values()),
+                                                      undecodable[index][topic])
+    return paths, [{topic: dict(counts[index].get(topic, {})) for topic in paths[index]} for index in range(len(days))]
 
 
-def _write_topic(rows: DataFrame, root: Path, app_name: str, topic: str, topic_spec: TopicSpec,
-                 days: list[PreparedDay], written: list[int], counts: list[dict[str, dict[int, int]]]
-                 ) -> dict[int, Path]:
-    """One topic's records of the days ``written`` (indexes into ``days``), each day published under ``root`` as the
-    archive lays out a day (:func:`assets.archive.materialize.write_records`): the decoded records, ``_undecodable/``
-    and ``_raw/``, each written once for all the days (partitioned by day), then moved into each day's staging
-    directory and published."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    if not written:
-        return {}
-    schema = decoded_schema(topic_spec)
-    decoded = (rows.where(F.col("topic") == topic)
-               .mapInArrow(partial(_decode_with_date, topic=topic_spec),
-                           from_arrow_schema(schema.append(pa.field(DATE, pa.string()))))
-               .persist(StorageLevel.MEMORY_AND_DISK))
-    together = root / topic / f".days-{uuid.uuid4().hex[:12]}"
-    paths = {}
-    try:
-        _write_days(decoded, topic_spec, together)
-        for index in written:
-            day = days[index]
-            recover_day(root, topic, day.day)
-            staging = staging_dir(root, topic, day.day)
-            try:
-                undecodable = _gather_day(together, staging, day.day, topic_spec)
-                total = sum(counts[index].get(topic, {}).values())
-                paths[index] = publish_day(staging, root, topic, day.day, {
-                    "topic": topic, "day": day.day.isoformat(), "app": app_name, "rows": total - undecodable,
-                    "undecodable": undecodable, "raw_records": total, "frontier": day.replayed.frontier,
-                    "written_at": datetime.now(UTC).isoformat(), "reprocessed": True})
-            except BaseException:
-                discard_staging(staging)
-                raise
-    finally:
-        decoded.unpersist()
-        shutil.rmtree(together, ignore_errors=True)
-    return paths
+def write_output_partition(context: OutputContext, group: tuple[TopicPartition, Iterable[tuple[int, Any]]]
+                           ) -> Iterator[dict[str, Any]]:
+    """One topic partition's records of every day of the run, on an executor: each day's outputs merged
+    (:func:`streaming.batch.merge_partition`) and numbered after the days before it (the records of a fed topic
+    come merged and numbered already), written with pyarrow under the topic's directory, partitioned by day, in the
+    columns the archive writes (:func:`assets.archive.materialize.write_records`); yields per day what it wrote."""
+    _freeze_worker_heap()
+    (topic, partition), rows = group
+    by_day: dict[int, list[Any]] = defaultdict(list)
+    for index, item in rows:
+        by_day[index].append(item)
+    offset = context.starts.get((topic, partition), 0)
+    for index in sorted(by_day):
+        items = by_day[index]
+        if isinstance(items[0], BatchOutput):
+            records = merge_partition(items, offset)
+            offset += len(records)
+        else:
+            records = sorted(items, key=lambda record: record.offset)
+        directory = Path(context.together[topic])
+        undecodable = _write_day_files(records, context.topics[topic], directory, f"{DATE}={context.dates[index]}",
+                                       f"part-{partition:05d}.parquet")
+        yield {"day": index, "topic": topic, "partition": partition, "records": len(records),
+               "undecodable": undecodable}
 
 
-def _write_days(decoded: DataFrame, spec: TopicSpec, together: Path) -> None:
-    """The rows of ``decoded`` under ``together``, partitioned by ``date``: the decoded records in ``records/``, the
-    undecodable ones in ``_undecodable/`` and all as Kafka held them in ``_raw/`` (the columns of
-    :func:`assets.archive.materialize.write_records`)."""
-    from pyspark.sql import functions as F
-
-    def column(name: str) -> Any:
-        return F.col("`" + name.replace("`", "``") + "`")
-
-    (decoded.where(F.col(ERROR_COLUMN).isNull()).select(*[column(name) for name in spec.columns()], DATE)
-     .write.partitionBy(DATE).parquet(str(together / RECORDS_DIR)))
-    (decoded.where(F.col(ERROR_COLUMN).isNotNull())
-     .select("topic", "partition", "offset", "timestamp", F.col(RAW_KEY_COLUMN).alias("key"),
-             F.col(RAW_VALUE_COLUMN).alias("value"), F.col(ERROR_COLUMN).alias("error"), DATE)
-     .write.partitionBy(DATE).parquet(str(together / UNDECODABLE_DIR)))
-    (decoded.select("partition", "offset", "timestamp", F.col(RECORD_KEY_COLUMN).alias("key"),
-                    F.col(RECORD_VALUE_COLUMN).alias("value"), F.col(RECORD_HEADERS_COLUMN).alias("headers"), DATE)
-     .write.partitionBy(DATE).parquet(str(together / RAW_DIR)))
+#: The columns of a record as the archive's ``_raw/`` and the decoder take it (the ``brook-kafka`` source's).
+_KAFKA_ROW = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                        ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")),
+                        ("headers", HEADERS_TYPE)])
 
 
-def _gather_day(together: Path, staging: Path, day: date, spec: TopicSpec) -> int:
-    """Move ``day``'s part of what :func:`_write_days` wrote under ``together`` into ``staging``; returns its
-    undecodable records. A day with no decoded record gets an empty Parquet file of the topic's columns."""
-    import pyarrow.dataset as ds
+def _write_day_files(records: list[BatchRecord], topic: TopicSpec, directory: Path, day_part: str, name: str) -> int:
+    """``records`` (one partition's, one day's) decoded and written as ``<directory>/records/<day_part>/<name>``,
+    ``_undecodable/...`` (when some cannot be decoded) and ``_raw/...``; returns how many could not be decoded."""
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    part = f"{DATE}={day.isoformat()}"
-    records = together / RECORDS_DIR / part
-    if records.is_dir():
-        records.rename(staging)
-    else:
-        staging.mkdir()
-        pq.write_table(arrow_schema(spec).empty_table(), staging / "part-00000.parquet")
-    if (together / RAW_DIR / part).is_dir():
-        (together / RAW_DIR / part).rename(staging / RAW_DIR)
-    if not (together / UNDECODABLE_DIR / part).is_dir():
-        return 0
-    (together / UNDECODABLE_DIR / part).rename(staging / UNDECODABLE_DIR)
-    return ds.dataset(staging / UNDECODABLE_DIR, format="parquet").count_rows()
+    batch = pa.RecordBatch.from_arrays([
+        pa.array([r.key for r in records], pa.binary()), pa.array([r.value for r in records], pa.binary()),
+        pa.array([r.topic for r in records], pa.string()), pa.array([r.partition for r in records], pa.int32()),
+        pa.array([r.offset for r in records], pa.int64()),
+        pa.array([r.timestamp * 1000 for r in records], pa.timestamp("us", tz="UTC")),
+        pa.array([[{"key": k, "value": v} for k, v in r.headers] if r.headers else None for r in records],
+                 HEADERS_TYPE)], schema=_KAFKA_ROW)
+    decoded = pa.Table.from_batches([decode_batch(batch, topic, decoded_schema(topic))])
+    failed = pc.is_valid(decoded.column(ERROR_COLUMN))
+    files = {RECORDS_DIR: decoded.filter(pc.invert(failed)).select(list(topic.columns())),
+             RAW_DIR: pa.table({"partition": decoded.column("partition"), "offset": decoded.column("offset"),
+                                "timestamp": decoded.column("timestamp"), "key": decoded.column(RECORD_KEY_COLUMN),
+                                "value": decoded.column(RECORD_VALUE_COLUMN),
+                                "headers": decoded.column(RECORD_HEADERS_COLUMN)})}
+    bad = decoded.filter(failed)
+    if bad.num_rows:
+        files[UNDECODABLE_DIR] = pa.table({
+            "topic": bad.column("topic"), "partition": bad.column("partition"), "offset": bad.column("offset"),
+            "timestamp": bad.column("timestamp"), "key": bad.column(RAW_KEY_COLUMN),
+            "value": bad.column(RAW_VALUE_COLUMN), "error": bad.column(ERROR_COLUMN)})
+    for kind, table in files.items():
+        (directory / kind / day_part).mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, directory / kind / day_part / name, compression="zstd")
+    return bad.num_rows
+
+
+def _publish_output_day(root: Path, together: Path, app_name: str, topic: str, topic_spec: TopicSpec,
+                        day: PreparedDay, total: int, undecodable: int) -> Path:
+    """Move ``day``'s files of ``topic`` (``total`` records, ``undecodable`` of them not decoded) from ``together``
+    into a staging directory and publish it as the day (a day with no decoded record gets an empty Parquet file of
+    the topic's columns)."""
+    import pyarrow.parquet as pq
+
+    recover_day(root, topic, day.day)
+    staging = staging_dir(root, topic, day.day)
+    part = f"{DATE}={day.day.isoformat()}"
+    try:
+        if (together / RECORDS_DIR / part).is_dir():
+            (together / RECORDS_DIR / part).rename(staging)
+        else:
+            staging.mkdir()
+            schema = decoded_schema(topic_spec)
+            pq.write_table(pa.schema([schema.field(name) for name in topic_spec.columns()]).empty_table(),
+                           staging / "part-00000.parquet", compression="zstd")
+        for kind in (RAW_DIR, UNDECODABLE_DIR):
+            if (together / kind / part).is_dir():
+                (together / kind / part).rename(staging / kind)
+        return publish_day(staging, root, topic, day.day, {
+            "topic": topic, "day": day.day.isoformat(), "app": app_name, "rows": total - undecodable,
+            "undecodable": undecodable, "raw_records": total, "frontier": day.replayed.frontier,
+            "written_at": datetime.now(UTC).isoformat(), "reprocessed": True})
+    except BaseException:
+        discard_staging(staging)
+        raise

@@ -28,7 +28,7 @@ from assets.archive.decode import HEADERS_TYPE
 from assets.archive.layout import MANIFEST, RAW_DIR, day_dir, read_day
 from assets.platform_spec import ArchiveSpec, PlatformSpec, ReprocessSpec, load_platform_spec
 from assets.reprocess.inputs import ReprocessInputError, day_start_ms, frontier_of
-from assets.reprocess.job import reprocess_days
+from assets.reprocess.job import reprocess_day, reprocess_days
 from assets.reprocess.publish import PublishError, target_topic
 from assets.reprocess.state import ReprocessStateError, snapshot_id, snapshots_location
 from streaming.admin import create_topics
@@ -104,10 +104,17 @@ def spark_outputs(spec: PlatformSpec, topic: str, day: date) -> list[tuple[Any, 
                   for r in table.to_pylist())
 
 
+def day_state(spec: PlatformSpec, day: date) -> dict[str, Any]:
+    assert spec.reprocess is not None
+    return json.loads((spec.reprocess.root() / "orders" / "_state" / "days" / f"{day.isoformat()}.json").read_text())
+
+
 def test_the_spark_job_gives_what_run_day_gives_day_by_day(spark: Any, tmp_path: Path, broker: Any) -> None:
     """Three days in one call of ``reprocess_days`` (a backfill from Python, as platform/runbooks/reprocess-and-backfill.md shows it), with ``publish: true``:
     refused whole, before anything is written, while the side topics do not exist, while the fourth day (which
-    the third day's run reads into) has no archive, and when it would start from empty state after the first day."""
+    the third day's run reads into) has no archive, and when it would start from empty state after the first day.
+    The range runs in one set of Spark stages; the second and third days run again alone, each from the state the
+    day before left on disk, give the same outputs and state."""
     suffix = f".reprocessed-{uuid.uuid4().hex[:8]}"
     spec = spec_for(tmp_path, publish=True, publish_suffix=suffix)
     assert spec.archive is not None and spec.reprocess is not None
@@ -167,3 +174,11 @@ def test_the_spark_job_gives_what_run_day_gives_day_by_day(spark: Any, tmp_path:
             (p, index, ts, key, value) for p in range(4) for index, (_, _, ts, key, value) in enumerate(
                 r for day in DAYS for r in spark_outputs(spec, topic, day) if r[0] == p)]
         assert sum(runs[day].published[target_topic(topic, suffix)] for day in DAYS) == len(published) > 0
+
+    ranged = {day: (day_state(spec, day), {topic: spark_outputs(spec, topic, day) for topic in OUTPUTS})
+              for day in DAYS[1:]}
+    for day in DAYS[1:]:
+        alone = reprocess_day(spark, spec, "orders", day, client)
+        assert alone.started_from == f"the state of {day - timedelta(days=1)}"
+        assert alone.records_out == runs[day].records_out and alone.stops == runs[day].stops
+        assert (day_state(spec, day), {topic: spark_outputs(spec, topic, day) for topic in OUTPUTS}) == ranged[day]
