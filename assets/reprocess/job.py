@@ -14,20 +14,22 @@ order in one Spark session, checking the whole range first (:func:`check_days`),
    and with ``publish: true`` a missing target topic (:class:`~assets.reprocess.publish.PublishError`).
 2. **Each day's input**, on the driver: per input partition, the archived records from where the previous day's
    run stopped to the day's frontier (:mod:`assets.reprocess.inputs`).
-3. **The stages** (:attr:`streaming.batch.BatchPlan.stages`), once for all the days of the run: every task of the
-   sub-topology is one Spark partition (``partitionBy`` the task's partition number), which gets the replayed
-   records of its input partitions and what the upstream stages' tasks sent to its fed partitions, each tagged
-   with its day, and runs :func:`streaming.batch.run_task` day after day: the first day from the state the previous
-   run left — its stores from the batch's own snapshots, read on the executor — each next day from the state the
-   day before handed on, in memory, as separate runs would read it back. Each day's store rows are written as that
-   day's snapshot, on the executor. Their scratch stores live on tmpfs when there is room
-   (:func:`streaming.batch.scratch_dir`). The driver collects nothing but small summaries: the tasks' (through an
-   accumulator) and the outputs' job's, which is the run's one Spark job.
-4. **Outputs**: what the tasks wrote to each topic is merged per partition and day
-   (:func:`streaming.batch.merge_partition`) and written in the archive's layout to
-   ``<reprocess root>/<app>/<topic>/date=<day>/`` — the outputs of each day's run (each record with its own
-   timestamp: the run's last records may carry the next day's), decoded columns, ``_raw/`` and ``_undecodable/`` —
-   each topic's days written together, then published atomically day by day as the archive publishes a day.
+3. **The stages** (:attr:`streaming.batch.BatchPlan.stages`), once for all the days of the run, one Spark job
+   each: every task of the sub-topology is one Spark partition, which gets the replayed records of its input
+   partitions (shipped from the driver, one slice per task) and what the upstream stages' tasks sent to its fed
+   partitions, each tagged with its day, and runs :func:`streaming.batch.run_task` day after day: the first day from
+   the state the previous run left — its stores from the batch's own snapshots, read on the executor — each next
+   day from the state the day before handed on, in memory, as separate runs would read it back. Each day's store
+   rows are written as that day's snapshot, on the executor. What a task sends (to a fed topic's reader, or out)
+   it leaves in the run's directory under the reprocess root (``_state/runs/<run>/``, which executors share, as
+   they share the snapshots; removed when the run ends) rather than in a Spark shuffle, which would pickle every
+   record three more times. Scratch stores live on tmpfs when there is room (:func:`streaming.batch.scratch_dir`).
+   The driver collects only the tasks' small summaries.
+4. **Outputs**, one more Spark job: per topic partition, what the tasks wrote is merged per day
+   (:func:`streaming.batch.merge_partition`), numbered on from the day before and written with pyarrow on the
+   executor in the archive's layout; then each day is published to ``<reprocess root>/<app>/<topic>/date=<day>/`` —
+   the outputs of the day's run (each record with its own timestamp: the run's last records may carry the next
+   day's), decoded columns, ``_raw/`` and ``_undecodable/`` — atomically, as the archive publishes a day.
 5. **State**, day by day: the stores' snapshot manifests, then the day's state file (:mod:`assets.reprocess.state`).
 6. **Publish** (``reprocess.publish: true`` only): the day's outputs produced to Kafka
    (:mod:`assets.reprocess.publish`), once they and the state are on disk.
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import pickle
 import shutil
 import tempfile
 import time
@@ -49,6 +52,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from functools import partial
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,7 +95,6 @@ from streaming.state.snapshots import PartitionSnapshot, SnapshotManifest
 from streaming.state.store_identity import StoreIdentity
 
 if TYPE_CHECKING:
-    from pyspark import RDD
     from pyspark.sql import SparkSession
 
 __all__ = ["CheckedApp", "OutputContext", "PreparedDay", "ReprocessRunError", "ReprocessedDay", "StageContext", "check_app",
@@ -101,9 +104,9 @@ __all__ = ["CheckedApp", "OutputContext", "PreparedDay", "ReprocessRunError", "R
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-# What a stage's Spark partition yields, tagged: records for a fed topic's reader, records written out, and the
-# merged records of a fed topic the app also declares as an output.
-FED, WRITTEN, MERGED = "fed", "written", "merged"
+# What a stage's task leaves in the run's directory: records for a fed topic's reader, and records for the outputs'
+# job (what it wrote, and the merged records of a fed topic the app also declares as an output).
+FED, OUT = "fed", "out"
 #: A dead-letter topic's records are kept as bytes (they are whatever could not be processed).
 DEAD_LETTERS = TopicSpec(partitions=1, key="bytes", value="bytes")
 #: The partition column of the run's days in the directory a topic's days are first written to (as the archive's).
@@ -128,8 +131,8 @@ class StageContext:
     location: str
     snapshot_ids: tuple[str, ...]
     chunk: int
-    summaries: Any = None
-    """The accumulator each task adds its summaries to (:class:`SummaryList`)."""
+    run_dir: str
+    """Where the run's tasks leave what they send (see :func:`_run_stages`)."""
 
 
 @dataclass
@@ -385,27 +388,25 @@ def run_days_on_spark(spark: SparkSession, days: list[PreparedDay]) -> list[Repr
         for store in first.stores:
             _clear_snapshot(location, plan.application_id, store, snapshot_id(day.day))
 
-    accumulator = spark.sparkContext.accumulator([], SummaryList())
+    run = uuid.uuid4().hex[:12]
+    run_dir = root / app_name / "_state" / "runs" / run
+    topics = {**{topic: spec.topics[topic] for topic in plan.output_topics},
+              dead_letter_topic(plan.application_id): DEAD_LETTERS}
+    together = {topic: root / app_name / topic / f".days-{run}" for topic in topics}
     context = StageContext(app_name, spec.apps[app_name], first.settings, plan.partition_counts, -1,
                            {task: state.to_json() for task, state in (previous.tasks if previous else {}).items()},
                            dict(previous.next_offsets) if previous else {}, first.previous_snapshots, location, ids,
-                           spec.reprocess.chunk, accumulator)
-    outputs = _run_stages(spark, plan, context, [d.replayed for d in days])
-    topics = {**{topic: spec.topics[topic] for topic in plan.output_topics},
-              dead_letter_topic(plan.application_id): DEAD_LETTERS}
-    run = uuid.uuid4().hex[:12]
-    together = {topic: root / app_name / topic / f".days-{run}" for topic in topics}
+                           spec.reprocess.chunk, str(run_dir))
     try:
-        written = _write_output_files(outputs, OutputContext(topics, dict(context.fed_offsets),
-                                                             tuple(d.day.isoformat() for d in days),
-                                                             {topic: str(path) for topic, path in together.items()}))
-        # one summary per task and day (a task Spark ran twice added its summaries twice)
-        summaries = list({(s["task"], s["day"]): s for s in accumulator.value}.values())
+        summaries = _run_stages(spark, plan, context, [d.replayed for d in days])
         failed = min((s for s in summaries if "error" in s), key=lambda s: s["day"], default=None)
         finished = days if failed is None else days[:failed["day"]]
+        written = _write_output_files(spark, run_dir, OutputContext(
+            topics, dict(context.fed_offsets), tuple(d.day.isoformat() for d in finished),
+            {topic: str(path) for topic, path in together.items()}, str(run_dir)))
         paths, counts = _publish_outputs(root / app_name, app_name, topics, together, finished, written)
     finally:
-        for path in together.values():
+        for path in [run_dir, *together.values()]:
             shutil.rmtree(path, ignore_errors=True)
 
     next_offsets = dict(context.fed_offsets)
@@ -452,66 +453,81 @@ def run_days_on_spark(spark: SparkSession, days: list[PreparedDay]) -> list[Repr
 
 # -- the stages -------------------------------------------------------------------------------------------------
 
-class SummaryList:
-    """An accumulator of the tasks' summaries (``sc.accumulator([], SummaryList())``): a list, added to by each task
-    as it ends, read on the driver once the job that ran the stages is done."""
-
-    def zero(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return []
-
-    def addInPlace(self, first: list[dict[str, Any]], second: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        first.extend(second)
-        return first
-
-
-def _run_stages(spark: SparkSession, plan: BatchPlan, context: StageContext, replayed: list[DayInput]) -> RDD:
-    """Every stage once for all the days, in order, as RDDs (nothing runs yet); returns what the tasks wrote and the
-    merged records of fed topics that are outputs (``(tag, (day index, record))``). Each task adds its summaries
-    (one per day) to ``context.summaries`` as it ends.
-
-    A stage's results are kept (``persist``) and read twice: by the stages its fed topics feed (each reading only
-    the records of the topics it reads) and by the outputs' job."""
+def _run_stages(spark: SparkSession, plan: BatchPlan, context: StageContext, replayed: list[DayInput]
+                ) -> list[dict[str, Any]]:
+    """Every stage once for all the days, in order, one Spark job each; returns the tasks' summaries (one per task and
+    day). A stage's tasks get their replayed records from the driver (one slice per task) and what the upstream
+    stages' tasks sent to their fed partitions from the run's directory, where each task leaves what it sends
+    (:func:`run_stage_partition`): the stages exchange records through files, not through Spark's shuffles, which
+    would pickle each record three more times. A day that failed in a stage is not run by the later stages (nor are
+    the days after it)."""
     sc = spark.sparkContext
-    results: dict[int, RDD] = {}
+    summaries: list[dict[str, Any]] = []
+    days = len(replayed)
     for sub in plan.stages:
-        sources = set(sub.source_topics)
-        # each stage ships only its own input partitions' records
-        stage_input = sc.parallelize([(tp[1], (index, "in", record)) for index, day in enumerate(replayed)
-                                      for tp, records in sorted(day.records.items()) if tp[0] in sources
-                                      for record in records],
-                                     max(1, min(sc.defaultParallelism, len(plan.tasks[sub.id]))))
-        for upstream in plan.stages:
-            fed = sources & set(upstream.sink_topics) & plan.fed_topics
-            if upstream.id in results and fed:
-                stage_input = stage_input.union(
-                    results[upstream.id].filter(lambda row, fed=fed: row[0] == FED and row[1][1].topic in fed)
-                    .map(lambda row: (row[1][1].partition, (row[1][0], "fed", row[1][1]))))
-        results[sub.id] = (stage_input.partitionBy(len(plan.tasks[sub.id]), lambda partition: partition)
-                           .mapPartitionsWithIndex(partial(run_stage_partition, replace(context, subtopology=sub.id)),
-                                                   preservesPartitioning=False)
-                           .persist())
-    return sc.union([stage.filter(lambda row: row[0] != FED) for stage in results.values()])
+        sources, tasks = set(sub.source_topics), len(plan.tasks[sub.id])
+        external: list[list[tuple[int, BatchRecord]]] = [[] for _ in range(tasks)]
+        for index, day in enumerate(replayed[:days]):
+            for (topic, partition), records in sorted(day.records.items()):
+                if topic in sources:
+                    external[partition].extend((index, record) for record in records)
+        stage = replace(context, subtopology=sub.id, snapshot_ids=context.snapshot_ids[:days])
+        summaries.extend(sc.parallelize(external, tasks).mapPartitionsWithIndex(
+            lambda partition, lists, stage=stage: run_stage_partition(stage, partition, chain.from_iterable(lists)))
+            .collect())
+        days = min([days, *(s["day"] for s in summaries if "error" in s)])
+    return summaries
 
 
-def run_stage_partition(context: StageContext, partition: int, rows: Iterable[tuple[int, tuple[int, str, Any]]]
-                        ) -> Iterator[tuple[str, Any]]:
-    """One task of a stage, on an executor, for every day of the run in order: its records in (tagged with their
-    day's index), and per day what it sent and its summary out (tagged rows). A day that fails ends the task with a
-    summary naming the error (the driver finishes the days before it)."""
+def _spill_path(run_dir: str, kind: str, tp: TopicPartition, task: str) -> Path:
+    """Where task ``task`` of a run leaves what it sent to partition ``tp`` (``kind``: ``fed`` for a fed topic's
+    reader, ``out`` for the outputs' job)."""
+    return Path(run_dir) / kind / tp[0] / str(tp[1]) / f"{task}.pickle"
+
+
+def _spill(run_dir: str, kind: str, task: str, rows: dict[TopicPartition, list[tuple[int, Any]]]) -> None:
+    for tp, sent in rows.items():
+        path = _spill_path(run_dir, kind, tp, task)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("wb") as file:
+            pickle.dump(sent, file, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _spilled(run_dir: str, kind: str, tp: TopicPartition) -> Iterator[tuple[int, Any]]:
+    """What every task of the run left for partition ``tp`` (``(day index, record)``)."""
+    directory = _spill_path(run_dir, kind, tp, "-").parent
+    for path in sorted(directory.glob("*.pickle")) if directory.is_dir() else []:
+        with path.open("rb") as file:
+            yield from pickle.load(file)
+
+
+def run_stage_partition(context: StageContext, partition: int, rows: Iterable[tuple[int, BatchRecord]]
+                        ) -> Iterator[dict[str, Any]]:
+    """One task of a stage, on an executor, for every day of the run in order: its replayed records in (tagged with
+    their day's index), its fed partitions' records from the upstream tasks' files; what it sends is left in the
+    run's directory (see :func:`_run_stages`), and it yields one summary per day. A day that fails ends the task with
+    a summary naming the error (the driver finishes the days before it)."""
     _freeze_worker_heap()
     plan = _plan(context.app_name, context.app, context.partition_counts)
     spec = plan.tasks[context.subtopology][partition]
     days = len(context.snapshot_ids)
     replayed: list[dict[TopicPartition, list[BatchRecord]]] = [defaultdict(list) for _ in range(days)]
     fed: list[dict[TopicPartition, list[BatchOutput]]] = [defaultdict(list) for _ in range(days)]
-    for _, (index, kind, item) in rows:
-        (replayed if kind == "in" else fed)[index][(item.topic, item.partition)].append(item)
+    for index, record in rows:
+        replayed[index][(record.topic, record.partition)].append(record)
+    for tp in spec.source_partitions:
+        if tp[0] in plan.fed_topics:
+            for index, output in _spilled(context.run_dir, FED, tp):
+                if index < days:
+                    fed[index][tp].append(output)
     next_offsets = dict(context.fed_offsets)
     raw_previous = context.previous_tasks.get(spec.id)
     previous = TaskState.from_json(raw_previous) if raw_previous else None
     own_stores = plan.subtopology(spec.subtopology).stores
     store_rows = {store: _snapshot_rows(context.location, manifest, partition)
                   for store, manifest in context.previous_snapshots.items() if store in own_stores}
+    sent: dict[str, dict[TopicPartition, list[tuple[int, Any]]]] = {FED: defaultdict(list), OUT: defaultdict(list)}
+    summaries = []
     for index, snapshot in enumerate(context.snapshot_ids):
         started = time.process_time()
         try:
@@ -524,24 +540,26 @@ def run_stage_partition(context: StageContext, partition: int, rows: Iterable[tu
             stats = {store: _write_snapshot_rows(context.location, plan.application_id, store, snapshot, partition,
                                                  rows) for store, rows in result.stores.items()}
         except Exception as exc:  # noqa: BLE001 -- the driver names it with its day, and finishes the days before
-            context.summaries.add([{"day": index, "task": spec.id, "error": f"{type(exc).__name__}: {exc}",
-                                    "seconds": 0.0}])
-            return
+            summaries.append({"day": index, "task": spec.id, "error": f"{type(exc).__name__}: {exc}", "seconds": 0.0})
+            break
         to_readers, written = route(plan, result.outputs)
-        for outputs in to_readers.values():
-            yield from ((FED, (index, output)) for output in outputs)
-        for outputs in written.values():
-            yield from ((WRITTEN, (index, output)) for output in outputs)
-        for (topic, _), records in inputs.items():
-            if topic in plan.fed_topics and topic in plan.output_topics:
-                yield from ((MERGED, (index, record)) for record in records)
-        context.summaries.add([{"day": index, "task": spec.id, "state": result.state.to_json(), "stores": stats,
-                                "fed_offsets": {tp: next_offsets[tp] for tp in spec.source_partitions
-                                                if tp[0] in plan.fed_topics},
-                                "dropped_records": result.dropped_records, "late_records": result.late_records,
-                                "metrics": result.metrics, "seconds": time.process_time() - started}])
+        for kind, routed in ((FED, to_readers), (OUT, written)):
+            for tp, outputs in routed.items():
+                sent[kind][tp].extend((index, output) for output in outputs)
+        for tp, records in inputs.items():
+            if tp[0] in plan.fed_topics and tp[0] in plan.output_topics:  # written as its reader reads it
+                sent[OUT][tp].extend((index, record) for record in records)
+        summaries.append({"day": index, "task": spec.id, "state": result.state.to_json(), "stores": stats,
+                          "fed_offsets": {tp: next_offsets[tp] for tp in spec.source_partitions
+                                          if tp[0] in plan.fed_topics},
+                          "dropped_records": result.dropped_records,
+                          "late_records": result.late_records, "metrics": result.metrics,
+                          "seconds": time.process_time() - started})
         previous = result.state
         store_rows = {store: [rows] for store, rows in result.stores.items()}
+    for kind, rows_sent in sent.items():
+        _spill(context.run_dir, kind, spec.id, rows_sent)
+    yield from summaries
 
 
 def _freeze_worker_heap() -> None:
@@ -654,23 +672,28 @@ def _publish_snapshots(location: str, plan: BatchPlan, stores: list[str], snapsh
 @dataclass(frozen=True)
 class OutputContext:
     """What every Spark partition of the outputs' job needs: the topics' specs, the next batch offset of each
-    partition before the run, the run's dates, and per topic the directory its days are first written to."""
+    partition before the run, the dates of the days to write, per topic the directory its days are first written
+    to, and the run's directory (where the stages' tasks left what they wrote)."""
 
     topics: dict[str, TopicSpec]
     starts: dict[TopicPartition, int]
     dates: tuple[str, ...]
     together: dict[str, str]
+    run_dir: str
 
 
-def _write_output_files(outputs: RDD, context: OutputContext) -> list[dict[str, Any]]:
-    """The one Spark job of a run: per topic partition, its records of every day merged, numbered and written with
-    pyarrow on an executor (:func:`write_output_partition`) under ``context.together``; running it runs the stages.
+def _write_output_files(spark: SparkSession, run_dir: Path, context: OutputContext) -> list[dict[str, Any]]:
+    """The outputs' Spark job: per topic partition the stages' tasks wrote to, its records of every day merged,
+    numbered and written with pyarrow on an executor (:func:`write_output_partition`) under ``context.together``.
     Returns what each partition wrote per day."""
-    # as few tasks as cores: each costs more than the records do (the stages' results come in one partition per
-    # task of every stage)
-    parallelism = max(1, outputs.context.defaultParallelism)
-    return (outputs.map(lambda row: ((row[1][1].topic, row[1][1].partition), row[1])).coalesce(parallelism)
-            .groupByKey(parallelism).flatMap(partial(write_output_partition, context)).collect())
+    out = run_dir / OUT
+    groups = sorted((topic.name, int(partition.name)) for topic in (out.iterdir() if out.is_dir() else [])
+                    for partition in topic.iterdir())
+    if not groups or not context.dates:
+        return []
+    sc = spark.sparkContext
+    return sc.parallelize(groups, min(len(groups), max(1, sc.defaultParallelism))).flatMap(
+        partial(write_output_partition, context)).collect()
 
 
 def _publish_outputs(root: Path, app_name: str, topics: dict[str, TopicSpec], together: dict[str, Path],
@@ -696,17 +719,17 @@ def _publish_outputs(root: Path, app_name: str, topics: dict[str, TopicSpec], to
     return paths, [{topic: dict(counts[index].get(topic, {})) for topic in paths[index]} for index in range(len(days))]
 
 
-def write_output_partition(context: OutputContext, group: tuple[TopicPartition, Iterable[tuple[int, Any]]]
-                           ) -> Iterator[dict[str, Any]]:
+def write_output_partition(context: OutputContext, tp: TopicPartition) -> Iterator[dict[str, Any]]:
     """One topic partition's records of every day of the run, on an executor: each day's outputs merged
     (:func:`streaming.batch.merge_partition`) and numbered after the days before it (the records of a fed topic
     come merged and numbered already), written with pyarrow under the topic's directory, partitioned by day, in the
     columns the archive writes (:func:`assets.archive.materialize.write_records`); yields per day what it wrote."""
     _freeze_worker_heap()
-    (topic, partition), rows = group
+    topic, partition = tp
     by_day: dict[int, list[Any]] = defaultdict(list)
-    for index, item in rows:
-        by_day[index].append(item)
+    for index, item in _spilled(context.run_dir, OUT, tp):
+        if index < len(context.dates):
+            by_day[index].append(item)
     offset = context.starts.get((topic, partition), 0)
     for index in sorted(by_day):
         items = by_day[index]
