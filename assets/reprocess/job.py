@@ -153,6 +153,8 @@ class ReprocessedDay:
     stale_days: list[date]
     paths: dict[str, Path]
     seconds: float
+    """Wall seconds of the run, from reading the day's input to publishing it; for a range, the run's seconds
+    shared among its days by their tasks' CPU seconds (they share their Spark jobs)."""
     days_read: dict[str, list[str]] = field(default_factory=dict)
     published: dict[str, int] = field(default_factory=dict)
     """Records produced per target topic (``reprocess.publish: true``)."""
