@@ -9,8 +9,20 @@
 - :mod:`assets.reprocess.compare` — reprocessed outputs against the live ones, record for record (the integration
   test and ``make demo``);
 - :mod:`assets.reprocess.assets` — the Dagster assets and checks.
+
+The names below come from :mod:`assets.reprocess.assets` when first used, not on import: Spark's Python workers
+import :mod:`assets.reprocess.job` (its task functions) and need no Dagster, which takes a second or more to import
+in every worker.
 """
 
-from assets.reprocess.assets import REPROCESS_GROUP, reprocess_asset_key, reprocess_assets, reprocess_checks
+from typing import Any
 
 __all__ = ["REPROCESS_GROUP", "reprocess_asset_key", "reprocess_assets", "reprocess_checks"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from assets.reprocess import assets
+
+        return getattr(assets, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

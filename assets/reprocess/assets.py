@@ -23,6 +23,7 @@ No ``from __future__ import annotations`` here: Dagster reads the asset function
 """
 
 import warnings
+from datetime import timedelta
 from typing import Any
 
 import dagster as dg
@@ -114,7 +115,7 @@ def _asset(spec: PlatformSpec, app_name: str, app: AppSpec) -> dg.AssetsDefiniti
     def reprocessed(context: dg.AssetExecutionContext, kafka: KafkaResource, platform: PlatformResource,
                     pyspark: SparkResource) -> dg.MaterializeResult:
         from assets.reprocess.inputs import ReprocessInputError
-        from assets.reprocess.job import check_days, prepare_day, run_day_on_spark
+        from assets.reprocess.job import check_days, day_range, prepare_range, run_days_on_spark
         from assets.reprocess.publish import PublishError
         from assets.reprocess.state import ReprocessStateError
         from streaming.errors import TopologyError
@@ -129,18 +130,17 @@ def _asset(spec: PlatformSpec, app_name: str, app: AppSpec) -> dg.AssetsDefiniti
         try:
             client_config = kafka.client_config() if current.reprocess.publish else None
             checked = check_days(current, app_name, days[0], days[-1], client_config)  # before Spark starts
+            prepared, refused = prepare_range(current, app_name, day_range(days[0], days[-1]), checked, client_config)
         except refusals as exc:
             raise dg.Failure(f"reprocessed/{app_name} {span}: {exc}") from None
-        done = []
-        for day in days:
-            try:
-                prepared = prepare_day(current, app_name, day, client_config, checked)
-            except refusals as exc:
-                kept = f" ({len(done)} day(s) before it are reprocessed: go on from {day})" if done else ""
-                raise dg.Failure(f"reprocessed/{app_name} {day}: {exc}{kept}") from None
-            done.append(run_day_on_spark(pyspark.spark_session, prepared))
-            context.log.info(f"reprocessed {app_name} {day} from {done[-1].started_from}: {done[-1].records_in} "
-                             f"records in, {sum(done[-1].records_out.values())} out, in {done[-1].seconds:.1f} s")
+        done = run_days_on_spark(pyspark.spark_session, prepared)  # all its days in one set of Spark stages
+        for run in done:
+            context.log.info(f"reprocessed {app_name} {run.day} from {run.started_from}: {run.records_in} records "
+                             f"in, {sum(run.records_out.values())} out, in {run.seconds:.1f} s")
+        if refused is not None:
+            day = prepared[-1].day + timedelta(days=1)
+            raise dg.Failure(f"reprocessed/{app_name} {day}: {refused} ({len(done)} day(s) before it are "
+                             f"reprocessed: go on from {day})")
         stale = sorted({d for run in done for d in run.stale_days} - set(days))
         if stale:
             context.log.warning(f"days after {days[-1]} were reprocessed from an earlier state and are stale now: "

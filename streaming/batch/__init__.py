@@ -16,8 +16,16 @@ from streaming.batch.day import DayResult, DayState, route, run_day, select_day,
 from streaming.batch.merge import merge_partition
 from streaming.batch.plan import BatchPlan, BatchPlanError, TaskSpec
 from streaming.batch.records import BatchOutput, BatchRecord
-from streaming.batch.task_runner import StoreRow, TaskResult, TaskState, batch_config, check_tasks, run_task
+from streaming.batch.task_runner import (
+    StoreRow,
+    TaskResult,
+    TaskState,
+    batch_config,
+    check_tasks,
+    run_task,
+    scratch_dir,
+)
 
 __all__ = ["BatchOutput", "BatchPlan", "BatchPlanError", "BatchRecord", "DayResult", "DayState", "StoreRow",
            "TaskResult", "TaskSpec", "TaskState", "batch_config", "check_tasks", "merge_partition", "route", "run_day",
-           "run_task", "select_day", "task_inputs"]
+           "run_task", "scratch_dir", "select_day", "task_inputs"]

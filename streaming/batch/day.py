@@ -27,7 +27,7 @@ from typing import Any
 from streaming.batch.merge import merge_partition
 from streaming.batch.plan import BatchPlan, TaskSpec
 from streaming.batch.records import BatchOutput, BatchRecord
-from streaming.batch.task_runner import StoreRow, TaskResult, TaskState, batch_config, run_task
+from streaming.batch.task_runner import StoreRow, TaskResult, TaskState, batch_config, run_task, scratch_dir
 
 __all__ = ["DayResult", "DayState", "route", "run_day", "select_day", "task_inputs"]
 
@@ -117,7 +117,7 @@ def run_day(plan: BatchPlan, settings: Mapping[str, Any], inputs: Mapping[TopicP
     written: dict[TopicPartition, list[BatchOutput]] = defaultdict(list)
     outputs: dict[str, list[BatchRecord]] = defaultdict(list)
     results: dict[str, TaskResult] = {}
-    with tempfile.TemporaryDirectory(prefix="brook-batch-") as state_dir:
+    with tempfile.TemporaryDirectory(prefix="brook-batch-", dir=scratch_dir()) as state_dir:
         config = batch_config(settings, state_dir)
         for sub in plan.stages:
             for spec in plan.tasks[sub.id]:

@@ -26,6 +26,12 @@ class BatchRecord:
     value: bytes | None
     headers: Headers | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled by its fields in order (a Spark run ships many): several times faster than the slots dataclass's
+        # __getstate__/__setstate__, which look up the fields for every record.
+        return BatchRecord, (self.topic, self.partition, self.offset, self.timestamp, self.key, self.value,
+                             self.headers)
+
 
 @dataclass(frozen=True, slots=True)
 class BatchOutput:
@@ -42,6 +48,11 @@ class BatchOutput:
     task: str
     sequence: int
     stream_time: int
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # as BatchRecord's
+        return BatchOutput, (self.topic, self.partition, self.timestamp, self.key, self.value, self.headers,
+                             self.task, self.sequence, self.stream_time)
 
     def at(self, offset: int) -> BatchRecord:
         """This record as the ``offset``-th record of its partition (its place in the merged partition)."""

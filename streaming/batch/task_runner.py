@@ -25,6 +25,8 @@ twice. What differs is only how records arrive and where state comes from:
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +44,8 @@ from streaming.runtime.task import StreamTask
 from streaming.state.caching import cache_budget
 from streaming.state.layered import TIMESTAMP
 
-__all__ = ["BATCH_SETTINGS", "StoreRow", "TaskResult", "TaskState", "batch_config", "check_tasks", "run_task"]
+__all__ = ["BATCH_SETTINGS", "SCRATCH_ENV", "StoreRow", "TaskResult", "TaskState", "batch_config", "check_tasks",
+           "run_task", "scratch_dir"]
 
 #: A store's row as a snapshot holds it: key, value as its changelog holds it, and that record's timestamp.
 StoreRow = tuple[bytes, bytes, int]
@@ -51,13 +54,33 @@ TopicPartition = tuple[str, int]
 #: Settings a batch run overrides in the app's config (see the module doc).
 BATCH_SETTINGS: dict[str, Any] = {"max.task.idle.ms": -1}
 
+#: The environment variable naming the directory of a batch task's scratch state (see :func:`scratch_dir`).
+SCRATCH_ENV = "BROOK_BATCH_SCRATCH"
+#: The free space ``/dev/shm`` needs to be chosen for scratch state by default.
+TMPFS_MIN_FREE = 2 * 1024**3
+TMPFS = "/dev/shm"
+
 WALL_CLOCK_REFUSED = "batch reprocessing cannot fire (it replays archived input: there is no wall clock)"
+
+
+def scratch_dir() -> str | None:
+    """Where batch tasks keep their stores while they run: scratch, handed on as snapshot rows at the end of each
+    run and never read by live workers, so it need not survive anything. ``$BROOK_BATCH_SCRATCH`` when set; else
+    ``/dev/shm`` (tmpfs: a window store opens a RocksDB database per segment, ~10x faster there than on disk) when it
+    exists with at least 2 GiB free; else None (the system's temporary directory)."""
+    chosen = os.environ.get(SCRATCH_ENV)
+    if chosen:
+        return chosen
+    if os.path.isdir(TMPFS) and os.access(TMPFS, os.W_OK) and shutil.disk_usage(TMPFS).free >= TMPFS_MIN_FREE:
+        return TMPFS
+    return None
 
 
 def batch_config(settings: Mapping[str, Any], state_dir: str | None = None) -> StreamsConfig:
     """The app's Streams config as a batch run uses it: :data:`BATCH_SETTINGS`, no broker needed, and
-    ``state.dir`` in ``state_dir`` (default: a new temporary directory)."""
-    chosen = {**settings, **BATCH_SETTINGS, "state.dir": state_dir or tempfile.mkdtemp(prefix="brook-batch-")}
+    ``state.dir`` in ``state_dir`` (default: a new temporary directory under :func:`scratch_dir`)."""
+    chosen = {**settings, **BATCH_SETTINGS,
+              "state.dir": state_dir or tempfile.mkdtemp(prefix="brook-batch-", dir=scratch_dir())}
     return StreamsConfig(chosen, require_bootstrap=False)
 
 
@@ -197,7 +220,7 @@ def check_tasks(plan: BatchPlan, settings: Mapping[str, Any]) -> None:
     Raises:
         TopologyError: naming the processor.
     """
-    with tempfile.TemporaryDirectory(prefix="brook-batch-check-") as state_dir:
+    with tempfile.TemporaryDirectory(prefix="brook-batch-check-", dir=scratch_dir()) as state_dir:
         config = batch_config(settings, state_dir)
         for sub in plan.stages:
             run_task(plan, config, plan.tasks[sub.id][0], {})

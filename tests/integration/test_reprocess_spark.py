@@ -28,9 +28,9 @@ from assets.archive.decode import HEADERS_TYPE
 from assets.archive.layout import MANIFEST, RAW_DIR, day_dir, read_day
 from assets.platform_spec import ArchiveSpec, PlatformSpec, ReprocessSpec, load_platform_spec
 from assets.reprocess.inputs import ReprocessInputError, day_start_ms, frontier_of
-from assets.reprocess.job import reprocess_days
+from assets.reprocess.job import ReprocessRunError, reprocess_day, reprocess_days
 from assets.reprocess.publish import PublishError, target_topic
-from assets.reprocess.state import ReprocessStateError, snapshot_id, snapshots_location
+from assets.reprocess.state import ReprocessStateError, day_states, snapshot_id, snapshots_location
 from streaming.admin import create_topics
 from streaming.batch import BatchPlan, BatchRecord, DayState, run_day, select_day
 from streaming.serdes import Serdes
@@ -104,10 +104,17 @@ def spark_outputs(spec: PlatformSpec, topic: str, day: date) -> list[tuple[Any, 
                   for r in table.to_pylist())
 
 
+def day_state(spec: PlatformSpec, day: date) -> dict[str, Any]:
+    assert spec.reprocess is not None
+    return json.loads((spec.reprocess.root() / "orders" / "_state" / "days" / f"{day.isoformat()}.json").read_text())
+
+
 def test_the_spark_job_gives_what_run_day_gives_day_by_day(spark: Any, tmp_path: Path, broker: Any) -> None:
     """Three days in one call of ``reprocess_days`` (a backfill from Python, as platform/runbooks/reprocess-and-backfill.md shows it), with ``publish: true``:
     refused whole, before anything is written, while the side topics do not exist, while the fourth day (which
-    the third day's run reads into) has no archive, and when it would start from empty state after the first day."""
+    the third day's run reads into) has no archive, and when it would start from empty state after the first day.
+    The range runs in one set of Spark stages; the second and third days run again alone, each from the state the
+    day before left on disk, give the same outputs and state."""
     suffix = f".reprocessed-{uuid.uuid4().hex[:8]}"
     spec = spec_for(tmp_path, publish=True, publish_suffix=suffix)
     assert spec.archive is not None and spec.reprocess is not None
@@ -167,3 +174,44 @@ def test_the_spark_job_gives_what_run_day_gives_day_by_day(spark: Any, tmp_path:
             (p, index, ts, key, value) for p in range(4) for index, (_, _, ts, key, value) in enumerate(
                 r for day in DAYS for r in spark_outputs(spec, topic, day) if r[0] == p)]
         assert sum(runs[day].published[target_topic(topic, suffix)] for day in DAYS) == len(published) > 0
+
+    ranged = {day: (day_state(spec, day), {topic: spark_outputs(spec, topic, day) for topic in OUTPUTS})
+              for day in DAYS[1:]}
+    for day in DAYS[1:]:
+        alone = reprocess_day(spark, spec, "orders", day, client)
+        assert alone.started_from == f"the state of {day - timedelta(days=1)}"
+        assert alone.records_out == runs[day].records_out and alone.stops == runs[day].stops
+        assert (day_state(spec, day), {topic: spark_outputs(spec, topic, day) for topic in OUTPUTS}) == ranged[day]
+
+
+def test_a_failed_record_stops_the_range_at_its_day_and_the_days_before_it_are_reprocessed(spark: Any,
+                                                                                           tmp_path: Path) -> None:
+    """An order that cannot be deserialized on the second day, with the default handler (``fail``): the range's
+    one set of stages runs, the first day is finished (outputs, snapshots, state) and the error names the second day,
+    its task and the record, and says to go on from that day; nothing of the second and third days is published."""
+    spec = spec_for(tmp_path)
+    assert spec.archive is not None and spec.reprocess is not None
+    records = inputs()
+    bad_at = day_start_ms(DAYS[1]) + 12 * HOUR
+    by_topic: dict[str, dict[int, list[BatchRecord]]] = defaultdict(dict)
+    for (topic, partition), partition_records in records.items():
+        if topic == pipeline.ORDERS_TOPIC:
+            partition_records = [BatchRecord(r.topic, r.partition, r.offset, r.timestamp, r.key, b"{not json")
+                                 if bad_at <= r.timestamp < bad_at + 10 * MINUTE else r
+                                 for r in partition_records]
+        by_topic[topic][partition] = partition_records
+    for day in [*DAYS, DAYS[-1] + timedelta(days=1)]:
+        for topic, partitions in by_topic.items():
+            write_archive(spec.archive.root(), topic, partitions, day,
+                          spec.topics[topic].disorder_bound_minutes(spec.archive))
+
+    with pytest.raises(ReprocessRunError) as failed:
+        reprocess_days(spec, "orders", DAYS[0], DAYS[-1], spark)
+    message = str(failed.value)
+    assert message.startswith(f"day {DAYS[1]} of app 'orders' failed in task 0_"), message
+    assert "orders" in message and message.endswith(f"(1 day(s) before it are reprocessed: go on from {DAYS[1]})")
+    assert day_states(spec.reprocess.root(), "orders") == [DAYS[0]]
+    for topic in OUTPUTS:
+        assert day_dir(spec.reprocess.root() / "orders", topic, DAYS[0]).is_dir()
+        assert not day_dir(spec.reprocess.root() / "orders", topic, DAYS[1]).exists()
+        assert not list((spec.reprocess.root() / "orders" / topic).glob(".*"))  # no staging or run directory left

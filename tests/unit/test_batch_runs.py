@@ -3,7 +3,10 @@ what one uninterrupted run gives, and what batch refuses."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +25,19 @@ from apps.orders.pipeline import (
     topology,
 )
 from streaming import Serdes, Stores, StreamsBuilder, Topology
-from streaming.batch import BatchOutput, BatchPlan, BatchPlanError, BatchRecord, TaskState, check_tasks, merge_partition
+from streaming.batch import (
+    BatchOutput,
+    BatchPlan,
+    BatchPlanError,
+    BatchRecord,
+    TaskState,
+    batch_config,
+    check_tasks,
+    merge_partition,
+    scratch_dir,
+)
 from streaming.batch import select_day as select
+from streaming.batch.task_runner import SCRATCH_ENV, TMPFS, TMPFS_MIN_FREE
 from streaming.errors import TopologyError
 from streaming.processor import Processor, ProcessorContext, PunctuationType, Record
 from streaming.testing import TopologyTestDriver, generators
@@ -212,3 +226,13 @@ def test_the_plan_orders_stages_after_the_sub_topologies_feeding_them() -> None:
     assert plan.input_topics == (ITEMS_TOPIC, ORDERS_TOPIC, USERS_TOPIC)
     assert set(plan.output_topics) == set(OUTPUTS)
     assert {sub: len(tasks) for sub, tasks in plan.tasks.items()} == dict.fromkeys(stages, 4)
+
+
+def test_batch_tasks_keep_their_scratch_stores_on_tmpfs_or_where_brook_batch_scratch_says(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path))
+    assert scratch_dir() == str(tmp_path)
+    assert Path(batch_config({"application.id": "a"})["state.dir"]).parent == tmp_path
+    monkeypatch.delenv(SCRATCH_ENV)
+    roomy = os.path.isdir(TMPFS) and shutil.disk_usage(TMPFS).free >= TMPFS_MIN_FREE
+    assert scratch_dir() == (TMPFS if roomy else None)
