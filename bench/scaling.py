@@ -198,6 +198,8 @@ def main() -> int:
     parser.add_argument("--keys", type=int, default=None, help="distinct keys (default: --records)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes, before and after")
     parser.add_argument("--timeout", type=float, default=900, help="seconds the drain and the restart may take")
+    parser.add_argument("--restart-timeout", type=float, default=300,
+                        help="seconds the restarted workers may take to be RUNNING")
     parser.add_argument("--strict", action="store_true", help="exit 3 when the downtime target is missed")
     args = parser.parse_args()
     keys = args.keys or args.records
@@ -226,7 +228,8 @@ def main() -> int:
 
         result, pre = scale(spec_path, bootstrap)
         migrated = time.monotonic()
-        ready, logs = restart(bootstrap, config, workdir / "after", args.workers, args.timeout)
+        print(f"migrated {migrated - stopped:.1f} s after the stop: {pre | result.stages}", flush=True)
+        ready, logs = restart(bootstrap, config, workdir / "after", args.workers, args.restart_timeout)
         load_after = os.getloadavg()
         downtime = ready - stopped
         app = load_platform_spec(spec_path).apps["counter"]
