@@ -229,7 +229,11 @@ def main() -> int:
         result, pre = scale(spec_path, bootstrap)
         migrated = time.monotonic()
         print(f"migrated {migrated - stopped:.1f} s after the stop: {pre | result.stages}", flush=True)
-        ready, logs = restart(bootstrap, config, workdir / "after", args.workers, args.restart_timeout)
+        try:
+            ready, logs = restart(bootstrap, config, workdir / "after", args.workers, args.restart_timeout)
+        except RuntimeError as exc:  # the figures of the migration are still shown; the downtime is a lower bound
+            failures.append(str(exc)[:400])
+            ready, logs = time.monotonic(), []
         load_after = os.getloadavg()
         downtime = ready - stopped
         app = load_platform_spec(spec_path).apps["counter"]
@@ -275,9 +279,11 @@ def main() -> int:
              for store, s in reshard_s.items()]
     print()
     print(C.fmt_table(["what", "records", "seconds", "records/s", "vs ceiling"], rows))
-    met = downtime < TARGET_S
+    met = downtime < TARGET_S and bool(logs)
     print(f"\nload average before the scaling {load_before[0]:.2f}, after {load_after[0]:.2f} "
           f"({os.cpu_count()} CPUs); wall time of the whole run: {wall:.0f} s")
+    if not logs:
+        print(f"the restarted workers never all reached RUNNING: the downtime is more than {downtime:.1f} s")
     print(f"target: downtime under {TARGET_S:.0f} s with restore from the new snapshots: "
           f"{'met' if met and not failures else 'NOT met'} ({downtime:.1f} s)")
     for failure in failures:
