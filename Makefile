@@ -30,7 +30,7 @@ test: $(STAMP)
 
 # The benchmarks, in sequence; each runs even if an earlier one fails; exit code = the worst one.
 bench: $(STAMP)
-	@rc=0; for b in stateless stateful restore compaction joins windowed latency backpressure reprocess; do \
+	@rc=0; for b in stateless stateful restore compaction joins windowed latency backpressure reprocess scaling; do \
 	  echo "$(VENV)/bin/python bench/$$b.py"; \
 	  $(VENV)/bin/python bench/$$b.py; r=$$?; [ $$r -gt $$rc ] && rc=$$r; \
 	  echo; \

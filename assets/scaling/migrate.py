@@ -23,7 +23,7 @@ reset epoch retired the old ones), the other stages (drain, create, switch, epoc
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -44,6 +44,7 @@ from streaming.scaling.store_keys import Placement, partition_key_function
 
 __all__ = ["ReshardResult", "copy_topic", "reshard_changelog"]
 
+_COLUMNS = ("key", "value", "partition", "timestamp", "headers")
 _SCHEMA = "key binary, value binary, partition int, offset long, timestamp timestamp, " \
           "headers array<struct<key:string,value:binary>>"
 
@@ -66,13 +67,32 @@ def _check_empty(config: Mapping[str, str], topic: TopicScaling) -> None:
                            f"{written}): a copy writes only into empty topics; nothing was written")
 
 
-def _records(rows: Iterable[Any]) -> dict[int, list[Record]]:
-    """Spark rows (sorted by old partition and offset) as records per old partition."""
+def _records(batches: Iterable[Any]) -> dict[int, list[Record]]:
+    """Arrow record batches of ``_COLUMNS`` (sorted by old partition and offset) as records per old partition.
+    Arrow, not Spark rows: a row crosses into Python pickled and is rebuilt field by field, ~5x slower (bench/
+    README.md, ``scaling.py``)."""
     by_old: dict[int, list[Record]] = {}
-    for row in rows:
-        headers = tuple((h.key, h.value) for h in row.headers) if row.headers else ()
-        by_old.setdefault(row.partition, []).append(Record(row.key, row.value, row.timestamp, headers))
+    for batch in batches:
+        keys, values, partitions, timestamps, headers = (batch.column(c).to_pylist() for c in _COLUMNS)
+        for key, value, partition, timestamp, pairs in zip(keys, values, partitions, timestamps, headers):
+            record = Record(key, value, timestamp, tuple((h["key"], h["value"]) for h in pairs) if pairs else ())
+            by_old.setdefault(partition, []).append(record)
     return by_old
+
+
+def _written(rows: DataFrame, write: Callable[[Iterable[Any]], list[tuple[int, int]]],
+             partitions: int) -> list[int]:
+    """Run ``write`` on the Arrow batches of each Spark partition of ``rows``; the end offset of each new
+    partition (what ``write`` reported producing)."""
+    def task(batches: Iterable[Any]) -> Iterable[Any]:
+        import pyarrow as pa
+
+        written = write(batches)
+        yield pa.RecordBatch.from_pydict({"partition": [p for p, _ in written], "records": [n for _, n in written]},
+                                         schema=pa.schema([("partition", pa.int32()), ("records", pa.int64())]))
+
+    done = rows.select(*_COLUMNS).mapInArrow(task, "partition int, records long").collect()
+    return _ends(((row.partition, row.records) for row in done), partitions)
 
 
 def _produce(config: Mapping[str, str], topic: str, records: Mapping[int, list[Record]]) -> list[tuple[int, int]]:
@@ -114,9 +134,9 @@ def _copy_target(partitions: int, key: bytes | None, old: int) -> int:
     return old % partitions if key is None else partition_for_key(key, partitions)
 
 
-def _copy_partition(config: Mapping[str, str], topic: str, partitions: int, rows: Iterable[Any]) -> list[tuple[int,
-                                                                                                                int]]:
-    by_old = _records(rows)
+def _copy_partition(config: Mapping[str, str], topic: str, partitions: int,
+                    batches: Iterable[Any]) -> list[tuple[int, int]]:
+    by_old = _records(batches)
     if not by_old:
         return []
     copied = repartition([by_old.get(p, []) for p in range(max(by_old) + 1)], partitions)
@@ -133,11 +153,11 @@ def copy_topic(spark: SparkSession, client_config: Mapping[str, Any], topic: Top
     config = {key: str(value) for key, value in client_config.items()}
     _check_empty(config, topic)
     n = topic.new_partitions
-    target = F.udf(partial(_copy_target, n), IntegerType())
+    target = F.udf(partial(_copy_target, n), IntegerType(), useArrow=True)
     rows = (_read(spark, config, topic.physical, topic.earliest, topic.end)
             .withColumn("target", target("key", "partition"))
             .repartition(n, "target").sortWithinPartitions("target", "partition", "offset"))
-    return _ends(rows.rdd.mapPartitions(partial(_copy_partition, config, topic.new_physical, n)).collect(), n)
+    return _written(rows, partial(_copy_partition, config, topic.new_physical, n), n)
 
 
 # -- re-shard ------------------------------------------------------------------------------------------------------------
@@ -157,8 +177,8 @@ def _store_target(kind: str, partitions: int, key: bytes | None) -> int:
 
 
 def _reshard_partition(config: Mapping[str, str], topic: str, kind: str, partitions: int,
-                       left_partitions: int | None, rows: Iterable[Any]) -> list[tuple[int, int]]:
-    by_old = _records(rows)
+                       left_partitions: int | None, batches: Iterable[Any]) -> list[tuple[int, int]]:
+    by_old = _records(batches)
     if not by_old:
         return []
     state = reshard_store(by_old, kind, partitions, left_partitions=left_partitions)
@@ -206,11 +226,11 @@ def reshard_changelog(spark: SparkSession, client_config: Mapping[str, Any], sto
         keyless = old.where(F.col("key").isNull()).count()
         if keyless:
             raise ScalingError(f"store {store.store}: changelog {topic.physical} has {keyless} record(s) without a key")
-        target = F.udf(partial(_store_target, store.kind, n), IntegerType())
+        target = F.udf(partial(_store_target, store.kind, n), IntegerType(), useArrow=True)
         rows = old.withColumn("target", target("key")).repartition(n, "target") \
             .sortWithinPartitions("target", "partition", "offset")
-        ends = _ends(rows.rdd.mapPartitions(partial(_reshard_partition, config, topic.new_physical, store.kind, n,
-                                                    left_partitions)).collect(), n)
+        ends = _written(rows, partial(_reshard_partition, config, topic.new_physical, store.kind, n,
+                                              left_partitions), n)
         before = _digest(_state(old))
     finally:
         old.unpersist()
