@@ -109,10 +109,7 @@ class Scenario:
                      or any(w.poll() is not None for w in workers), 120, "the workers to commit every input")
             assert all(w.poll() is None for w in workers), (workdir / "worker-0.log").read_text()[-3000:]
         finally:
-            # one after the other, as a rolling stop does: members leaving the embedded broker's group at the same
-            # instant can leave it without a leader for the next workers (the README's broker limits)
-            for worker in workers:
-                stop_workers([worker])
+            stop_workers(workers)  # one after the other (a rolling stop)
         return "".join((workdir / f"worker-{i}.log").read_text(errors="replace") for i in range(2))
 
     def scale(self, partitions: int, spark: SparkSession, *, dry_run: bool = False, mode: str = "migrate",
