@@ -8,8 +8,9 @@ released, the waiting requests go on in order (a client that gave up on them mea
 and they go nowhere). Responses pass through untouched. The broker must name the proxy's port in its metadata
 (``EmbeddedBroker(advertised_port=proxy.port)``), or clients reconnect past it::
 
-    proxy = KafkaProxy()
-    with EmbeddedBroker(advertised_port=proxy.port, workdir=...) as broker, proxy.start(broker.port):
+    port = free_port()
+    proxy = KafkaProxy().start(port)   # serving before the broker's start-up check reads metadata through it
+    with EmbeddedBroker(port=port, advertised_port=proxy.port, workdir=...):
         proxy.hold("app-stream-time-reader")   # that client's requests wait
         ...
         proxy.release("app-stream-time-reader")

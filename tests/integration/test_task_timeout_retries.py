@@ -30,6 +30,7 @@ from streaming.naming import stream_time_topic
 from streaming.runtime.kafka_streams import State
 from streaming.testing.generators import GeneratedRecord
 from streaming.testing.kafka import committed_offsets, produce, read_topic, wait_for
+from streaming.testing.ports import free_port
 from tests.integration.kafka_proxy import KafkaProxy
 from tests.integration.workloads.windowed_count import GRACE, SIZE, WINDOWED, Long, String
 
@@ -43,9 +44,12 @@ HELD_S = 4.0  # how long the second instance's reader gets no answer
 @pytest.fixture
 def proxied(tmp_path: Path) -> Iterator[tuple[str, KafkaProxy]]:
     """An embedded broker that every client reaches through a KafkaProxy: (bootstrap servers, proxy)."""
-    proxy = KafkaProxy()
-    with EmbeddedBroker(advertised_port=proxy.port, workdir=tmp_path / "broker") as broker, \
-            proxy.start(broker.port):
+    # The proxy serves before the broker starts: the broker's start-up check reads metadata, after which
+    # librdkafka may already talk to the advertised address (the proxy); a proxy not accepting yet left that
+    # check without an answer for its 30 s once in CI.
+    port = free_port()
+    proxy = KafkaProxy().start(port)
+    with EmbeddedBroker(port=port, advertised_port=proxy.port, workdir=tmp_path / "broker"):
         yield f"{proxy.host}:{proxy.port}", proxy
 
 
