@@ -29,10 +29,11 @@ from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaError, Producer
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType
 
+from assets.spark.compaction import row_checksum_column
 from assets.spark.kafka_source import SOURCE_NAME
 from assets.spark.options import client_options
 from streaming.admin import watermarks
@@ -185,11 +186,6 @@ def _reshard_partition(config: Mapping[str, str], topic: str, kind: str, partiti
     return _produce(config, topic, state)
 
 
-def _row_checksum(key: Column, value: Column) -> Column:
-    """:func:`streaming.state.snapshots.row_checksum` in Spark: CRC-32 of len(key) (4 bytes) || key || value."""
-    return F.crc32(F.concat(F.unhex(F.lpad(F.hex(F.length(key)), 8, "0")), key, value))
-
-
 def _state(changelog: DataFrame) -> DataFrame:
     """The live keys of a changelog: the last record per key, tombstones dropped (as compaction)."""
     latest = changelog.groupBy("key").agg(F.max(F.struct("offset", "value", "partition")).alias("latest"))
@@ -198,7 +194,7 @@ def _state(changelog: DataFrame) -> DataFrame:
 
 
 def _digest(state: DataFrame) -> Digest:
-    row = state.agg(F.count("*").alias("keys"), F.sum(_row_checksum(F.col("key"), F.col("value"))).alias("sum")) \
+    row = state.agg(F.count("*").alias("keys"), F.sum(row_checksum_column(F.col("key"), F.col("value"))).alias("sum")) \
         .collect()[0]
     return Digest(int(row.keys), int(row.sum or 0))
 

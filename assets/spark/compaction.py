@@ -49,7 +49,8 @@ from streaming.state import snapshots
 from streaming.state.snapshots import PartitionSnapshot, SnapshotError, SnapshotManifest
 from streaming.state.store_identity import StoreIdentity, StoreIdentityError, live_identity
 
-__all__ = ["CompactionError", "CompactionResult", "choose_base", "compact_changelog", "plan_tail"]
+__all__ = ["CompactionError", "CompactionResult", "choose_base", "compact_changelog", "plan_tail",
+           "row_checksum_column"]
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ def plan_tail(client_config: Mapping[str, str], live: StoreIdentity,
     return starts, ends
 
 
-def _row_checksum(key: Column, value: Column) -> Column:
+def row_checksum_column(key: Column, value: Column) -> Column:
     """:func:`streaming.state.snapshots.row_checksum` in Spark: CRC-32 of len(key) (4 bytes) || key || value."""
     return F.crc32(F.concat(F.unhex(F.lpad(F.hex(F.length(key)), 8, "0")), key, value))
 
@@ -211,7 +212,7 @@ def compact_changelog(spark: SparkSession, *, client_config: Mapping[str, Any], 
     if base is not None and base.keys:
         old = spark.read.schema(_SNAPSHOT_SCHEMA).parquet(snapshots.data_uri(location, base))
         merged = old.select("partition", "key", "value", "offset", "timestamp", F.lit(0).alias("from_tail"),
-                            _row_checksum(F.col("key"), F.col("value")).alias("base_checksum")).unionByName(tail)
+                            row_checksum_column(F.col("key"), F.col("value")).alias("base_checksum")).unionByName(tail)
 
     latest = (merged.groupBy("partition", "key")
               .agg(F.max(F.struct("offset", "value", "timestamp")).alias("latest"),
@@ -268,7 +269,7 @@ def _partition_stats(latest: DataFrame, topic: str) -> dict[int, _Stats]:
     rows = (latest.groupBy("partition")
             .agg(F.sum("tail_records").alias("records_read"),
                  F.count(F.when(kept, 1)).alias("keys"),
-                 F.sum(F.when(kept, _row_checksum(F.col("key"), F.col("latest.value")))).alias("checksum"),
+                 F.sum(F.when(kept, row_checksum_column(F.col("key"), F.col("latest.value")))).alias("checksum"),
                  F.sum("base_rows").alias("base_rows"),
                  F.sum("base_checksum").alias("base_checksum"),
                  F.max(F.when(F.col("key").isNull(), F.col("latest.offset"))).alias("keyless_offset"))
