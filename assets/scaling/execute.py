@@ -14,8 +14,9 @@ them stopped nothing else can process it). Then, in the plan's order:
 3. **stream-time**: one record per new task, the highest time of the old tasks;
 4. **commit** the group's offsets on the new generation at the copied ends: nothing copied is processed again;
 5. **epoch**: a new reset epoch (workers wipe local state of the old partitioning on start) and the group's stores'
-   snapshots retired; then fresh **snapshots** of the new changelogs by the platform's compaction, so workers
-   restore from a snapshot instead of replaying the changelog;
+   snapshots retired; then fresh **snapshots** of the new changelogs by the platform's compaction (from the
+   re-shard's read-back of them, still cached), so workers restore from a snapshot instead of replaying the
+   changelog;
 6. **switch**: the platform spec names the new generation of every topic moved (:mod:`assets.scaling.spec_file`).
 
 A failure stops the run with the stages done named; until the switch the spec still names the old generation,
@@ -32,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from assets.scaling.migrate import copy_topic, reshard_changelog
+from assets.scaling.migrate import ReshardResult, copy_topic, reshard_changelog
 from assets.scaling.spec_file import switch_generations
 from assets.scaling.stages import commit_offsets, write_stream_time
+from assets.spark.compaction import ReadChangelog, compact_changelog
 from streaming.admin import create_topics
 from streaming.reset.cluster import observe
 from streaming.runtime.internal_topics import internal_topic_specs
@@ -123,21 +125,27 @@ def execute_migration(spark: SparkSession, plan: ScalingPlan, topology: Callable
             result.copied += sum(ends)
     by_changelog = {t.topic: t for t in plan.topics if t.store is not None}
     left = plan.new_partitions if plan.rewrites else None
-    for store in plan.stores:
-        topic = by_changelog[store.changelog]
-        resharded = stage(f"reshard {store.store}", lambda s=store, t=topic: reshard_changelog(
-            spark, config, s, t, left_partitions=left if s.store in plan.rewrites else None))
-        result.resharded_keys[store.store] = resharded.after.keys
-    for topic in plan.topics:
-        if topic.role == "stream-time":
-            stage(f"stream-time {topic.new_physical}", lambda t=topic: write_stream_time(config, plan, t, offsets))
-    result.committed = stage("commit", lambda: commit_offsets(config, app, offsets)) if offsets else {}
-    stage("epoch", lambda: _bump_epoch(plan, config, snapshot_location))
-    if snapshot_location:
+    resharded: dict[str, ReshardResult] = {}
+    try:
         for store in plan.stores:
             topic = by_changelog[store.changelog]
-            result.snapshots[store.store] = stage(f"snapshot {store.store}", lambda s=store, t=topic: _snapshot(
-                spark, config, snapshot_location, app, s.store, t.new_physical, keep_snapshots))
+            resharded[store.store] = stage(f"reshard {store.store}", lambda s=store, t=topic: reshard_changelog(
+                spark, config, s, t, left_partitions=left if s.store in plan.rewrites else None))
+            result.resharded_keys[store.store] = resharded[store.store].after.keys
+        for topic in plan.topics:
+            if topic.role == "stream-time":
+                stage(f"stream-time {topic.new_physical}", lambda t=topic: write_stream_time(config, plan, t, offsets))
+        result.committed = stage("commit", lambda: commit_offsets(config, app, offsets)) if offsets else {}
+        stage("epoch", lambda: _bump_epoch(plan, config, snapshot_location))
+        if snapshot_location:
+            for store in plan.stores:
+                topic = by_changelog[store.changelog]
+                result.snapshots[store.store] = stage(f"snapshot {store.store}", lambda s=store, t=topic: _snapshot(
+                    spark, config, snapshot_location, app, s.store, t.new_physical, keep_snapshots,
+                    resharded[s.store].changelog))
+    finally:
+        for done_store in resharded.values():
+            done_store.release()
     stage("switch", lambda: switch_generations(spec_path, {t.topic: (t.new_generation, t.new_partitions)
                                                            for t in plan.topics}))
     result.generations = generations
@@ -173,8 +181,8 @@ def _bump_epoch(plan: ScalingPlan, config: dict[str, Any], location: str | None)
 
 
 def _snapshot(spark: SparkSession, config: dict[str, Any], location: str, app: str, store: str, changelog: str,
-              keep: int) -> str:
-    from assets.spark.compaction import compact_changelog
-
+              keep: int, read: ReadChangelog | None) -> str:
+    """A fresh snapshot of ``store``'s new ``changelog`` by the platform's compaction, from the re-shard's read-back
+    of it (``read``; the changelog is read again when there is none)."""
     return compact_changelog(spark, client_config=config, location=location, application_id=app, store=store,
-                             changelog_topic=changelog, keep=keep).manifest.snapshot_id
+                             changelog_topic=changelog, keep=keep, read=read).manifest.snapshot_id

@@ -3,59 +3,68 @@ intermediate and repartition topics, and the re-shard of its stores' changelogs,
 
 Each runs the pure steps of :mod:`streaming.scaling.reshard` inside Spark: the records are read through the
 ``brook-kafka`` source (the plan's ``[earliest, end)`` of every old partition), each is given the new partition its
-key (a changelog's: its record key, :func:`~streaming.scaling.store_keys.partition_key_function`) hashes to, and
-Spark gathers each new partition's records in one task, sorted by old partition and offset; the task runs
-:func:`~streaming.scaling.reshard.repartition` (or :func:`~streaming.scaling.reshard.reshard_store`) on them and
-produces the result to that partition with an idempotent producer, so each key's records keep their order. The new
-topics must exist with the plan's partition count and be empty (the plan's "create" stage): a copy that finds
-records there refuses, and nothing is written.
+key (a changelog's: its record key, :func:`~streaming.scaling.store_keys.partition_key_function`) hashes to, a whole
+Arrow batch at a time (:func:`assets.scaling.hashing.partitions_of`), and Spark gathers each new partition's records
+in one task, sorted by old partition and offset (scaling up by a multiple needs no gathering: each new partition is
+fed by one old one, whose task writes it); the task orders them (:func:`~streaming.scaling.reshard.copy_order`,
+or :func:`~streaming.scaling.reshard.compact` for a store) and produces them to that partition with an idempotent
+producer, so each key's records keep their order. The new topics must exist with the plan's partition count and be
+empty (the plan's "create" stage): a copy that finds records there refuses, and nothing is written.
 
-A re-shard is verified by reading back what it wrote, with Spark SQL only (not the code that wrote it): the key
-count and the sum of :func:`~streaming.state.snapshots.row_checksum` of the old changelog's live keys equal those
-of the new one, no key is in a partition its record key does not hash to, and none is in two. A foreign-key
-subscription store whose left side moves has its values rewritten: only its key count is compared.
+A re-shard is verified by reading back what it wrote, in one pass with Spark SQL (not the code that wrote it): the
+key count and the sum of :func:`~streaming.state.snapshots.row_checksum` of the old changelog's live keys equal
+those of the new one, no key is in a partition its record key does not hash to, and none is in two. A foreign-key
+subscription store whose left side moves has its values rewritten: only its key count is compared. The records read
+back stay cached (:attr:`ReshardResult.changelog`) for the fresh snapshot of the new changelog, which then needs no
+third read (:func:`assets.spark.compaction.compact_changelog`'s ``read``).
 
-The stream-time and commit stages are in :mod:`assets.scaling.stages`. Not here yet: the ``replicate`` placement
-(refused, naming the store), the new snapshots (the platform's compaction of the new changelogs makes them, once the
-reset epoch retired the old ones), the other stages (drain, create, switch, epoch) and the Dagster job.
+The stream-time and commit stages are in :mod:`assets.scaling.stages`, the others in :mod:`assets.scaling.execute`.
+Not here yet: the ``replicate`` placement (refused, naming the store).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import pyarrow as pa
 from confluent_kafka import KafkaError, Producer
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType
+from pyspark.sql.types import IntegerType, StructField, StructType
 
-from assets.spark.compaction import row_checksum_column
+from assets.scaling.hashing import partitions_of
+from assets.spark.compaction import ReadChangelog, row_checksum_column
 from assets.spark.kafka_source import SOURCE_NAME
 from assets.spark.options import client_options
 from streaming.admin import watermarks
-from streaming.runtime.partitioning import partition_for_key
 from streaming.scaling.errors import ScalingError
 from streaming.scaling.plan import StoreScaling, TopicScaling
-from streaming.scaling.reshard import Digest, Record, repartition, reshard_store
-from streaming.scaling.store_keys import Placement, partition_key_function
+from streaming.scaling.reshard import Digest, Record, compact, copy_order, with_left_partition
+from streaming.scaling.store_keys import Placement, StoreKind, partition_key_function
 
 __all__ = ["ReshardResult", "copy_topic", "reshard_changelog"]
 
-_COLUMNS = ("key", "value", "partition", "timestamp", "headers")
+_COLUMNS = ("target", "key", "value", "partition", "timestamp", "headers")
 _SCHEMA = "key binary, value binary, partition int, offset long, timestamp timestamp, " \
           "headers array<struct<key:string,value:binary>>"
 
 
-def _read(spark: SparkSession, config: Mapping[str, str], topic: str, starts: list[int], ends: list[int]) -> DataFrame:
+def _read(spark: SparkSession, config: Mapping[str, str], topic: str, starts: list[int], ends: list[int], *,
+          headers: bool = True) -> DataFrame:
+    """The records of ``topic`` from ``starts`` to ``ends``, their timestamps in epoch milliseconds; without their
+    headers when they are not written anywhere (the source builds a Python object per record's headers)."""
     ranges = {"startingOffsets": {topic: {str(p): o for p, o in enumerate(starts)}},
               "endingOffsets": {topic: {str(p): o for p, o in enumerate(ends)}}}
-    return (spark.read.format(SOURCE_NAME).schema(_SCHEMA).options(**client_options(config))
-            .option("subscribe", topic).options(**{k: json.dumps(v) for k, v in ranges.items()}).load()
-            .select("key", "value", "partition", "offset", F.unix_millis("timestamp").alias("timestamp"), "headers"))
+    schema = _SCHEMA if headers else _SCHEMA.rsplit(", headers", 1)[0]
+    rows = (spark.read.format(SOURCE_NAME).schema(schema).options(**client_options(config))
+            .option("subscribe", topic).options(**{k: json.dumps(v) for k, v in ranges.items()}).load())
+    return rows.select("key", "value", "partition", "offset", F.unix_millis("timestamp").alias("timestamp"),
+                       *(["headers"] if headers else []))
 
 
 def _check_empty(config: Mapping[str, str], topic: TopicScaling) -> None:
@@ -68,31 +77,61 @@ def _check_empty(config: Mapping[str, str], topic: TopicScaling) -> None:
                            f"{written}): a copy writes only into empty topics; nothing was written")
 
 
-def _records(batches: Iterable[Any]) -> dict[int, list[Record]]:
-    """Arrow record batches of ``_COLUMNS`` (sorted by old partition and offset) as records per old partition.
-    Arrow, not Spark rows: a row crosses into Python pickled and is rebuilt field by field, ~5x slower (bench/
-    README.md, ``scaling.py``)."""
-    by_old: dict[int, list[Record]] = {}
+def _with_targets(rows: DataFrame, partitions: int, kind: StoreKind | None) -> DataFrame:
+    """``rows`` with a ``target`` column: the new partition of each record. ``kind`` None (a copy): of its key, a
+    null key's old partition ``% partitions``; a store's ``kind``: of the record key of its changelog key (a null
+    key: -1)."""
+    schema = StructType([*rows.schema.fields, StructField("target", IntegerType(), False)])
+    return rows.mapInArrow(partial(_add_targets, partitions, kind), schema)
+
+
+def _add_targets(partitions: int, kind: StoreKind | None, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    record_key = None if kind in (None, StoreKind.KEY_VALUE) else partition_key_function(kind)
     for batch in batches:
-        keys, values, partitions, timestamps, headers = (batch.column(c).to_pylist() for c in _COLUMNS)
-        for key, value, partition, timestamp, pairs in zip(keys, values, partitions, timestamps, headers):
+        keys = batch.column("key")
+        if record_key is not None:
+            keys = pa.array([None if k is None else record_key(k) for k in keys.to_pylist()], pa.binary())
+        targets = partitions_of(keys, partitions)
+        if kind is None:
+            keyless = targets < 0
+            if keyless.any():
+                old = batch.column("partition").to_numpy(zero_copy_only=False)
+                targets[keyless] = old[keyless] % partitions
+        yield batch.append_column("target", pa.array(targets, pa.int32()))
+
+
+def _by_target(batches: Iterable[Any]) -> dict[int, dict[int, list[Record]]]:
+    """Arrow record batches of ``_COLUMNS`` (each old partition's in offset order) as records per new and old
+    partition. Arrow, not Spark rows: a row crosses into Python pickled and is rebuilt field by field, ~5x slower
+    (bench/README.md, ``scaling.py``)."""
+    placed: dict[int, dict[int, list[Record]]] = {}
+    for batch in batches:
+        columns = (batch.column(c).to_pylist() for c in _COLUMNS)  # by name: any order of columns
+        for target, key, value, partition, timestamp, pairs in zip(*columns):
             record = Record(key, value, timestamp, tuple((h["key"], h["value"]) for h in pairs) if pairs else ())
-            by_old.setdefault(partition, []).append(record)
-    return by_old
+            placed.setdefault(target, {}).setdefault(partition, []).append(record)
+    return placed
 
 
-def _written(rows: DataFrame, write: Callable[[Iterable[Any]], list[tuple[int, int]]],
-             partitions: int) -> list[int]:
-    """Run ``write`` on the Arrow batches of each Spark partition of ``rows``; the end offset of each new
-    partition (what ``write`` reported producing)."""
+def _written(rows: DataFrame, kind: StoreKind | None, old_partitions: int, partitions: int,
+             write: Callable[[Iterable[Any]], list[tuple[int, int]]]) -> list[int]:
+    """Place the records of ``rows`` (one Spark partition per old partition, in offset order) in ``partitions`` new
+    ones (:func:`_with_targets`), and run ``write`` on the Arrow batches of ``_COLUMNS`` of each new partition,
+    sorted by target, old partition and offset; the end offset of each new partition (what ``write`` reported
+    producing). Where each new partition is fed by one old partition only (scaling up by a multiple:
+    :func:`~streaming.scaling.reshard.partition_targets`), each old partition's task places and writes its records
+    itself, in their order, without a shuffle; otherwise Spark gathers each new partition's records in one task."""
+    direct = partitions % old_partitions == 0
+
     def task(batches: Iterable[Any]) -> Iterable[Any]:
-        import pyarrow as pa
-
-        written = write(batches)
+        written = write(_add_targets(partitions, kind, batches) if direct else batches)
         yield pa.RecordBatch.from_pydict({"partition": [p for p, _ in written], "records": [n for _, n in written]},
                                          schema=pa.schema([("partition", pa.int32()), ("records", pa.int64())]))
 
-    done = rows.select(*_COLUMNS).mapInArrow(task, "partition int, records long").collect()
+    if not direct:
+        rows = _with_targets(rows, partitions, kind).repartition(partitions, "target") \
+            .sortWithinPartitions("target", "partition", "offset").select(*_COLUMNS)
+    done = rows.mapInArrow(task, "partition int, records long").collect()
     return _ends(((row.partition, row.records) for row in done), partitions)
 
 
@@ -131,17 +170,9 @@ def _ends(written: Iterable[tuple[int, int]], partitions: int) -> list[int]:
 
 
 # -- copy ----------------------------------------------------------------------------------------------------------------
-def _copy_target(partitions: int, key: bytes | None, old: int) -> int:
-    return old % partitions if key is None else partition_for_key(key, partitions)
-
-
-def _copy_partition(config: Mapping[str, str], topic: str, partitions: int,
-                    batches: Iterable[Any]) -> list[tuple[int, int]]:
-    by_old = _records(batches)
-    if not by_old:
-        return []
-    copied = repartition([by_old.get(p, []) for p in range(max(by_old) + 1)], partitions)
-    return _produce(config, topic, dict(enumerate(copied)))
+def _copy_partition(config: Mapping[str, str], topic: str, batches: Iterable[Any]) -> list[tuple[int, int]]:
+    placed = _by_target(batches)
+    return _produce(config, topic, {target: copy_order(by_old) for target, by_old in placed.items()})
 
 
 def copy_topic(spark: SparkSession, client_config: Mapping[str, Any], topic: TopicScaling) -> list[int]:
@@ -154,54 +185,69 @@ def copy_topic(spark: SparkSession, client_config: Mapping[str, Any], topic: Top
     config = {key: str(value) for key, value in client_config.items()}
     _check_empty(config, topic)
     n = topic.new_partitions
-    target = F.udf(partial(_copy_target, n), IntegerType(), useArrow=True)
-    rows = (_read(spark, config, topic.physical, topic.earliest, topic.end)
-            .withColumn("target", target("key", "partition"))
-            .repartition(n, "target").sortWithinPartitions("target", "partition", "offset"))
-    return _written(rows, partial(_copy_partition, config, topic.new_physical, n), n)
+    rows = _read(spark, config, topic.physical, topic.earliest, topic.end)
+    return _written(rows, None, len(topic.end), n, partial(_copy_partition, config, topic.new_physical))
 
 
 # -- re-shard ------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ReshardResult:
     """A re-sharded store: its state before (the old changelog's live keys) and after (what the new changelog holds,
-    read back), and the new changelog's end offsets."""
+    read back), the new changelog's end offsets, and its records as read back (cached in Spark until
+    :meth:`release`; None for a dropped store)."""
 
     store: str
     before: Digest
     after: Digest
     ends: list[int]
+    changelog: ReadChangelog | None = None
+
+    def release(self) -> None:
+        """Free the cached read-back of the new changelog."""
+        if self.changelog is not None:
+            self.changelog.records.unpersist()
 
 
-def _store_target(kind: str, partitions: int, key: bytes | None) -> int:
-    return -1 if key is None else partition_for_key(partition_key_function(kind)(key), partitions)
-
-
-def _reshard_partition(config: Mapping[str, str], topic: str, kind: str, partitions: int,
-                       left_partitions: int | None, batches: Iterable[Any]) -> list[tuple[int, int]]:
-    by_old = _records(batches)
-    if not by_old:
-        return []
-    state = reshard_store(by_old, kind, partitions, left_partitions=left_partitions)
+def _reshard_partition(config: Mapping[str, str], topic: str, left_partitions: int | None,
+                       batches: Iterable[Any]) -> list[tuple[int, int]]:
+    state = {target: compact(by_old) for target, by_old in _by_target(batches).items()}
+    if left_partitions is not None:
+        state = {target: [with_left_partition(r, left_partitions) for r in rows] for target, rows in state.items()}
     return _produce(config, topic, state)
 
 
-def _state(changelog: DataFrame) -> DataFrame:
-    """The live keys of a changelog: the last record per key, tombstones dropped (as compaction)."""
-    latest = changelog.groupBy("key").agg(F.max(F.struct("offset", "value", "partition")).alias("latest"))
-    return latest.where(F.col("latest.value").isNotNull()).select(
-        "key", F.col("latest.value").alias("value"), F.col("latest.partition").alias("partition"))
+@dataclass(frozen=True)
+class _Summary:
+    """A changelog as the verification sees it (:func:`_summary`)."""
+
+    digest: Digest
+    keyless: int
+    split: int
+    misplaced: int
 
 
-def _digest(state: DataFrame) -> Digest:
-    row = state.agg(F.count("*").alias("keys"), F.sum(row_checksum_column(F.col("key"), F.col("value"))).alias("sum")) \
-        .collect()[0]
-    return Digest(int(row.keys), int(row.sum or 0))
+def _summary(changelog: DataFrame) -> _Summary:
+    """One pass of Spark SQL over a changelog's records: the :class:`Digest` of its live keys (the last record per
+    key, tombstones dropped, as compaction), its records without a key, its keys in more than one partition, and,
+    where it has a ``target`` column, its keys in a partition other than their target."""
+    misplaced = F.max((F.col("partition") != F.col("target")).cast("int")) if "target" in changelog.columns \
+        else F.lit(0)
+    per_key = changelog.groupBy("key").agg(
+        F.max_by("value", "offset").alias("value"), F.count("*").alias("records"),
+        (F.min("partition") != F.max("partition")).cast("int").alias("split"), misplaced.alias("misplaced"))
+    live = F.col("key").isNotNull() & F.col("value").isNotNull()
+    row = per_key.agg(F.count(F.when(live, 1)).alias("keys"),
+                      F.sum(F.when(live, row_checksum_column(F.col("key"), F.col("value")))).alias("checksum"),
+                      F.sum(F.when(F.col("key").isNull(), F.col("records"))).alias("keyless"),
+                      F.sum("split").alias("split"), F.sum("misplaced").alias("misplaced")).collect()[0]
+    return _Summary(Digest(int(row.keys), int(row.checksum or 0)), int(row.keyless or 0), int(row.split or 0),
+                    int(row.misplaced or 0))
 
 
 def reshard_changelog(spark: SparkSession, client_config: Mapping[str, Any], store: StoreScaling,
                       topic: TopicScaling, *, left_partitions: int | None = None) -> ReshardResult:
-    """Re-shard ``store``'s changelog ``topic`` into ``topic.new_physical`` (module doc) and verify it.
+    """Re-shard ``store``'s changelog ``topic`` into ``topic.new_physical`` (module doc) and verify it; the result
+    holds the new changelog's records read back, cached until its :meth:`~ReshardResult.release`.
     ``left_partitions``: for a foreign-key subscription store whose left side the plan re-shards, the left side's
     new partition count (the plan's ``rewrites``).
 
@@ -217,26 +263,27 @@ def reshard_changelog(spark: SparkSession, client_config: Mapping[str, Any], sto
     if store.placement == Placement.DROP:
         return ReshardResult(store.store, Digest(0, 0), Digest(0, 0), [0] * n)
     _check_empty(config, topic)
-    old = _read(spark, config, topic.physical, topic.earliest, topic.end).cache()
+    kind = StoreKind(store.kind)
+    old = _read(spark, config, topic.physical, topic.earliest, topic.end).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        keyless = old.where(F.col("key").isNull()).count()
-        if keyless:
-            raise ScalingError(f"store {store.store}: changelog {topic.physical} has {keyless} record(s) without a key")
-        target = F.udf(partial(_store_target, store.kind, n), IntegerType(), useArrow=True)
-        rows = old.withColumn("target", target("key")).repartition(n, "target") \
-            .sortWithinPartitions("target", "partition", "offset")
-        ends = _written(rows, partial(_reshard_partition, config, topic.new_physical, store.kind, n,
-                                              left_partitions), n)
-        before = _digest(_state(old))
+        before = _summary(old)
+        if before.keyless or before.split:
+            raise ScalingError(f"store {store.store}: changelog {topic.physical} has {before.keyless} record(s) without "
+                               f"a key and {before.split} key(s) in more than one partition (a store's key belongs to "
+                               f"one task); nothing was written")
+        ends = _written(old, kind, len(topic.end), n,
+                        partial(_reshard_partition, config, topic.new_physical, left_partitions))
     finally:
         old.unpersist()
-    written = _read(spark, config, topic.new_physical, [0] * n, ends)
-    after = _digest(_state(written))
-    misplaced = written.where(F.col("partition") != target("key")).count()
-    doubled = written.groupBy("key").agg(F.countDistinct("partition").alias("n")).where(F.col("n") > 1).count()
-    same = before.keys == after.keys if left_partitions is not None else before == after
-    if not same or misplaced or doubled:
+    written = _with_targets(_read(spark, config, topic.new_physical, [0] * n, ends, headers=False), n, kind) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    after = _summary(written)
+    same = before.digest.keys == after.digest.keys if left_partitions is not None else before.digest == after.digest
+    if not same or after.misplaced or after.split:
+        written.unpersist()
         raise ScalingError(f"store {store.store}: the re-shard into {topic.new_physical} does not verify: before "
-                           f"{before.keys} keys (checksum {before.checksum}), after {after.keys} (checksum "
-                           f"{after.checksum}); {misplaced} key(s) in the wrong partition, {doubled} in two")
-    return ReshardResult(store.store, before, after, ends)
+                           f"{before.digest.keys} keys (checksum {before.digest.checksum}), after {after.digest.keys} "
+                           f"(checksum {after.digest.checksum}); {after.misplaced} key(s) in the wrong partition, "
+                           f"{after.split} in two")
+    return ReshardResult(store.store, before.digest, after.digest, ends,
+                         ReadChangelog(written, dict.fromkeys(range(n), 0), dict(enumerate(ends))))

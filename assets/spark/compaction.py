@@ -49,13 +49,24 @@ from streaming.state import snapshots
 from streaming.state.snapshots import PartitionSnapshot, SnapshotError, SnapshotManifest
 from streaming.state.store_identity import StoreIdentity, StoreIdentityError, live_identity
 
-__all__ = ["CompactionError", "CompactionResult", "choose_base", "compact_changelog", "plan_tail",
+__all__ = ["CompactionError", "CompactionResult", "ReadChangelog", "choose_base", "compact_changelog", "plan_tail",
            "row_checksum_column"]
 
 log = logging.getLogger(__name__)
 
 _SNAPSHOT_SCHEMA = "key binary, value binary, offset long, timestamp long, partition int"
 _TAIL_SCHEMA = "partition int, key binary, value binary, offset long, timestamp timestamp"  # what compaction needs
+
+
+@dataclass(frozen=True)
+class ReadChangelog:
+    """A changelog's records already read (columns ``partition``, ``key``, ``value``, ``offset``, ``timestamp`` in
+    epoch milliseconds), from ``starts`` to ``ends`` per partition: the scaling job's read-back of a changelog it
+    wrote, which compaction then need not read again."""
+
+    records: DataFrame
+    starts: dict[int, int]
+    ends: dict[int, int]
 
 
 class CompactionError(Exception):
@@ -169,12 +180,14 @@ def row_checksum_column(key: Column, value: Column) -> Column:
 
 def compact_changelog(spark: SparkSession, *, client_config: Mapping[str, Any], location: str,
                       application_id: str, store: str, changelog_topic: str, keep: int,
-                      prune_grace_s: float = 0.0) -> CompactionResult:
+                      prune_grace_s: float = 0.0, read: ReadChangelog | None = None) -> CompactionResult:
     """Compact ``changelog_topic`` into a new snapshot of ``store`` under ``location`` (module doc).
 
     ``spark`` must have the ``brook-kafka`` source registered (``assets.spark.session.spark_session``
     does it). ``client_config`` holds librdkafka settings (bootstrap servers and security).
     ``prune_grace_s``: how long a superseded snapshot is kept for restores that may be reading it.
+    ``read``: the changelog's records already read; used when they are exactly the range to compact (no base
+    snapshot, the same starts and ends), else the changelog is read.
 
     Raises:
         SnapshotError: the location is not writable or a write failed (names the path); the
@@ -201,13 +214,16 @@ def compact_changelog(spark: SparkSession, *, client_config: Mapping[str, Any], 
     snapshot_id = snapshots.claim_snapshot_id(location, application_id, store)
     data_uri = f"{snapshots.store_uri(location, application_id, store)}/{snapshots.DATA_DIR}/{snapshot_id}"
 
-    tail = (spark.read.format(SOURCE_NAME).schema(_TAIL_SCHEMA).options(**client_options(config))
-            .option("subscribe", changelog_topic)
-            .option("startingOffsets", json.dumps({changelog_topic: {str(p): o for p, o in starts.items()}}))
-            .option("endingOffsets", json.dumps({changelog_topic: {str(p): o for p, o in ends.items()}}))
-            .load()
-            .select("partition", "key", "value", "offset", F.unix_millis("timestamp").alias("timestamp"),
-                    F.lit(1).alias("from_tail"), F.lit(0).cast("long").alias("base_checksum")))
+    if read is not None and base is None and (read.starts, read.ends) == (dict(starts), dict(ends)):
+        records = read.records.select("partition", "key", "value", "offset", "timestamp")
+    else:
+        records = (spark.read.format(SOURCE_NAME).schema(_TAIL_SCHEMA).options(**client_options(config))
+                   .option("subscribe", changelog_topic)
+                   .option("startingOffsets", json.dumps({changelog_topic: {str(p): o for p, o in starts.items()}}))
+                   .option("endingOffsets", json.dumps({changelog_topic: {str(p): o for p, o in ends.items()}}))
+                   .load()
+                   .select("partition", "key", "value", "offset", F.unix_millis("timestamp").alias("timestamp")))
+    tail = records.select("*", F.lit(1).alias("from_tail"), F.lit(0).cast("long").alias("base_checksum"))
     merged = tail
     if base is not None and base.keys:
         old = spark.read.schema(_SNAPSHOT_SCHEMA).parquet(snapshots.data_uri(location, base))

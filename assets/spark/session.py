@@ -54,10 +54,14 @@ def spark_session(conf: Mapping[str, str]) -> SparkSession:
 
     Spark's Python workers (including the one that plans Python data source reads) run
     ``$PYSPARK_PYTHON``, by default ``python3`` from ``PATH``, which may lack Brook and pyarrow; unless
-    set, it is pointed at this interpreter before the JVM starts.
+    set, it is pointed at this interpreter before the JVM starts. With a local master, the workers are forked
+    from :mod:`assets.spark.worker_daemon`, which imports what Brook's tasks use once.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
+    # workers on this machine: preload (worker_daemon doc); set either way, as builders share their options
+    local = conf.get("spark.master", "").startswith("local")
+    builder = builder.config("spark.python.daemon.module", "assets.spark.worker_daemon" if local else "pyspark.daemon")
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

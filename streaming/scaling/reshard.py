@@ -3,12 +3,13 @@
 - **Copy** (:func:`repartition`): the records of an input, intermediate or repartition topic's ``M`` partitions
   into ``N``, each to ``murmur2(key) % N`` (:func:`~streaming.runtime.partitioning.partition_for_key`, what a
   producer with Kafka's partitioner would choose). Records of one key come from one old partition, so keeping each
-  old partition's offset order keeps every key's order. Between old partitions the copy takes the record with the
-  lowest timestamp next (:func:`interleave`), as a task picks across its partitions (Kafka Streams'
-  ``PartitionGroup``), so a reprocessing of the new generation meets about the disorder the old tasks met. A record
-  with a null key has no partition of its own (producers spread them): it goes to ``old partition % N``.
-- **Re-shard** (:func:`reshard_store`): a store's changelog compacted (the last record per key; a tombstone drops
-  the key), each key to the partition of its record key (:func:`~streaming.scaling.store_keys.
+  old partition's offset order keeps every key's order. Where a new partition receives records of several old
+  partitions (scaling down, or to a count that is not a multiple), it takes the one with the lowest timestamp next
+  (:func:`copy_order`), as a task picks across its partitions (Kafka Streams' ``PartitionGroup``), so a
+  reprocessing of the new generation meets about the disorder the old tasks met. A record with a null key has no
+  partition of its own (producers spread them): it goes to ``old partition % N``.
+- **Re-shard** (:func:`reshard_store`): a store's changelog compacted (:func:`compact`: the last record per key; a
+  tombstone drops the key), each key to the partition of its record key (:func:`~streaming.scaling.store_keys.
   partition_key_function`), in serialized-key order as a snapshot lists it. A foreign-key subscription store whose
   left side is re-sharded gets the left partition in its values rewritten.
 - **Replicate** (:func:`replicate_store`): a store whose keys are not record keys (a Processor API store the
@@ -25,18 +26,19 @@ import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from math import gcd
+from typing import NamedTuple
 
 from streaming.runtime.partitioning import partition_for_key
 from streaming.scaling.store_keys import StoreKind, partition_key_function, subscription_with_left_partition
 from streaming.state.snapshots import row_checksum
 
-__all__ = ["Digest", "Record", "digest", "interleave", "misplaced", "partition_targets", "repartition",
-           "replicate_store", "reshard_store"]
+__all__ = ["Digest", "Record", "compact", "copy_order", "digest", "interleave", "misplaced", "partition_targets",
+           "repartition", "replicate_store", "reshard_store", "with_left_partition"]
 
 
-@dataclass(frozen=True)
-class Record:
-    """A Kafka record as the copy carries it: key and value bytes (None: null), timestamp, headers."""
+class Record(NamedTuple):
+    """A Kafka record as the copy carries it: key and value bytes (None: null), timestamp, headers. A named tuple:
+    a migration builds one per record, and a tuple is built ~3x faster than a frozen dataclass."""
 
     key: bytes | None
     value: bytes | None
@@ -64,31 +66,35 @@ def interleave(partitions: Sequence[Iterable[Record]]) -> Iterator[tuple[int, Re
         yield index, record
 
 
+def copy_order(by_old: Mapping[int, Sequence[Record]]) -> list[Record]:
+    """The records one new partition receives, from each old partition that feeds it (old partition -> its records
+    for the new one, in offset order), in the order the copy writes them (module doc)."""
+    if len(by_old) == 1:
+        return list(next(iter(by_old.values())))
+    return [record for _, record in interleave([by_old[p] for p in sorted(by_old)])]
+
+
 def repartition(partitions: Sequence[Iterable[Record]], new: int) -> list[list[Record]]:
     """The records of ``partitions`` (old partition -> records in offset order) in ``new`` partitions (module doc);
     the length of each list is the end offset of the new partition, which the group's offsets are committed at."""
     if new < 1:
         raise ValueError(f"a topic has 1 or more partitions, got {new}")
-    result: list[list[Record]] = [[] for _ in range(new)]
-    for old, record in interleave(partitions):
-        target = old % new if record.key is None else partition_for_key(record.key, new)
-        result[target].append(record)
-    return result
+    placed: list[dict[int, list[Record]]] = [{} for _ in range(new)]
+    for old, records in enumerate(partitions):
+        for record in records:
+            target = old % new if record.key is None else partition_for_key(record.key, new)
+            placed[target].setdefault(old, []).append(record)
+    return [copy_order(by_old) if by_old else [] for by_old in placed]
 
 
-def reshard_store(partitions: Mapping[int, Iterable[Record]], kind: StoreKind | str, new: int, *,
-                  left_partitions: int | None = None) -> dict[int, list[Record]]:
-    """A store's state in ``new`` partitions: its live records per new partition in key order, each with the
-    timestamp and headers of its last changelog record (a timestamped store restores the value's timestamp from
-    it), from its changelog (old partition -> records in offset order; a snapshot's rows first, then the tail). ``left_partitions``: for a
-    foreign-key subscription store, the left side's new partition count (its values then name the left row's new
-    partition).
+def compact(partitions: Mapping[int, Iterable[Record]]) -> list[Record]:
+    """A store's live records from its changelog (old partition -> records in offset order; a snapshot's rows
+    first, then the tail): the last record per key, tombstones dropped, in key order.
 
     Raises:
-        ValueError: a changelog key in two old partitions (the state was split: re-sharding would pick one at
-            random), or a key too short for ``kind``.
+        ValueError: a record without a key, or a changelog key in two old partitions (the state was split:
+            re-sharding would pick one at random).
     """
-    record_key = partition_key_function(kind)
     latest: dict[bytes, Record] = {}
     home: dict[bytes, int] = {}
     for old, records in partitions.items():
@@ -100,18 +106,38 @@ def reshard_store(partitions: Mapping[int, Iterable[Record]], kind: StoreKind | 
                 raise ValueError(f"changelog key {record.key[:60]!r} is in partitions {seen} and {old}: a store's key "
                                  f"belongs to one task")
             latest[record.key] = record
+    return [latest[key] for key in sorted(latest) if latest[key].value is not None]
+
+
+def with_left_partition(record: Record, left_partitions: int) -> Record:
+    """A foreign-key subscription store's live record with its value naming the left row's partition among
+    ``left_partitions`` (the left side re-sharded)."""
+    key, value = record.key, record.value
+    if key is None or value is None:
+        raise ValueError(f"a store's live record has a key and a value, got {record!r}")
+    left_key = key[4 + len(partition_key_function(StoreKind.FK_SUBSCRIPTION)(key)):]
+    return Record(key, subscription_with_left_partition(value, partition_for_key(left_key, left_partitions)),
+                  record.timestamp, record.headers)
+
+
+def reshard_store(partitions: Mapping[int, Iterable[Record]], kind: StoreKind | str, new: int, *,
+                  left_partitions: int | None = None) -> dict[int, list[Record]]:
+    """A store's state in ``new`` partitions: its live records (:func:`compact`) per new partition in key order,
+    each with the timestamp and headers of its last changelog record (a timestamped store restores the value's
+    timestamp from it). ``left_partitions``: for a foreign-key subscription store, the left side's new partition
+    count (its values then name the left row's new partition: :func:`with_left_partition`).
+
+    Raises:
+        ValueError: as :func:`compact`, a key too short for ``kind``, or ``left_partitions`` for another kind.
+    """
+    if left_partitions is not None and StoreKind(kind) != StoreKind.FK_SUBSCRIPTION:
+        raise ValueError(f"left_partitions applies to a foreign-key subscription store, not a {kind} store")
+    record_key = partition_key_function(kind)
     result: dict[int, list[Record]] = {p: [] for p in range(new)}
-    for key in sorted(latest):
-        record = latest[key]
-        value = record.value
-        if value is None:
-            continue
+    for record in compact(partitions):
         if left_partitions is not None:
-            if StoreKind(kind) != StoreKind.FK_SUBSCRIPTION:
-                raise ValueError(f"left_partitions applies to a foreign-key subscription store, not a {kind} store")
-            left_key = key[4 + len(record_key(key)):]
-            value = subscription_with_left_partition(value, partition_for_key(left_key, left_partitions))
-        result[partition_for_key(record_key(key), new)].append(Record(key, value, record.timestamp, record.headers))
+            record = with_left_partition(record, left_partitions)
+        result[partition_for_key(record_key(record.key), new)].append(record)  # type: ignore[arg-type]
     return result
 
 

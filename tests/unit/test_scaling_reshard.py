@@ -5,7 +5,6 @@ stores' changelogs (a windowed count, a stream-stream join's buffers, a foreign-
 from __future__ import annotations
 
 import random
-from dataclasses import astuple
 from typing import Any
 
 import pytest
@@ -155,7 +154,7 @@ def test_a_foreign_key_joins_subscriptions_follow_the_foreign_key_and_name_the_l
     assert misplaced(after, StoreKind.FK_SUBSCRIPTION, 4) == []
     rows = [row for rows in after.values() for row in rows]
     assert len(rows) == 80
-    for key, value, _, _ in map(astuple, rows):
+    for key, value, _, _ in rows:
         _, partition, _, left_key = decode_subscription(value)
         assert left_key.startswith(b"order-") and key.endswith(left_key)
         assert partition == partition_for_key(left_key, 3)
