@@ -125,3 +125,27 @@ def test_a_counting_app_migrates_from_2_to_4_partitions_and_back_to_2(spark: Spa
     assert {t.new_physical for t in down.topics if t.role != "stream-time"} == \
         {f"{words}.v3", f"{app}-counts-changelog.v3", f"{app}-per-second-changelog.v3"}
     migrate(spark, bootstrap, down)
+
+
+def test_a_changelog_with_a_key_in_two_partitions_is_refused_and_nothing_is_written(spark: SparkSession,
+                                                                                  bootstrap: str,
+                                                                                  unique_name: str) -> None:
+    from confluent_kafka import Producer
+
+    from streaming.admin import watermarks
+    from streaming.scaling.plan import StoreScaling, TopicScaling
+
+    old, new = f"{unique_name}-counts-changelog", f"{unique_name}-counts-changelog.v2"
+    create_topics(bootstrap, {old: 2, new: 4})
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for partition, key in ((0, b"split"), (1, b"split"), (1, b"fine")):  # "split" is in both: the state was split
+        producer.produce(old, b"1", key, partition=partition)
+    assert producer.flush(30) == 0
+    topic = TopicScaling(topic="counts-changelog", role="changelog", physical=old, generation=1, new_physical=new,
+                         new_generation=2, partitions=2, new_partitions=4, earliest=[0, 0], end=[1, 2],
+                         committed=[None, None], store="counts")
+    store = StoreScaling("counts", "key-value", "counts-changelog", 0, 3)
+    with pytest.raises(ScalingError, match=r"has 0 record\(s\) without a key and 1 key\(s\) in more than one partition"):
+        reshard_changelog(spark, {"bootstrap.servers": bootstrap}, store, topic)
+    ends = watermarks(bootstrap, [(new, p) for p in range(4)])
+    assert [high for _, high in ends.values()] == [0, 0, 0, 0]
