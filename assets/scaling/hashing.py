@@ -3,9 +3,9 @@
 :func:`partitions_of` gives, for every key of a binary array, what :func:`streaming.runtime.partitioning.
 partition_for_key` gives for one (``toPositive(murmur2(key)) % n``, the Java client's and librdkafka's
 ``murmur2_random`` partitioner), computed with numpy on unsigned 32-bit words (whose products wrap modulo 2^32, as
-murmur2's do): keys of the same length are hashed together, one numpy operation per 4-byte block. The per-key
-Python hash costs ~3 µs a key, which made the hash a third of a million-record copy; this is ~40x faster
-(bench/README.md, ``scaling.py``). A null key gets -1 (it has no partition of its own).
+murmur2's do): keys of the same length are hashed together, one numpy operation per 4-byte block. A million
+13-byte keys take 0.33 s instead of 1.48 s key by key, and no Python UDF round trip (bench/README.md,
+``scaling.py``). A null key gets -1 (it has no partition of its own).
 """
 
 from __future__ import annotations
