@@ -18,8 +18,11 @@ subscription store whose left side moves has its values rewritten: only its key 
 back stay cached (:attr:`ReshardResult.changelog`) for the fresh snapshot of the new changelog, which then needs no
 third read (:func:`assets.spark.compaction.compact_changelog`'s ``read``).
 
+A store placed ``replicate`` (:func:`~streaming.scaling.reshard.replicas`) goes to every new partition its old
+partition feeds, and is verified per new partition: the count and checksum of what it holds equal those Spark SQL
+expects from the old changelog.
+
 The stream-time and commit stages are in :mod:`assets.scaling.stages`, the others in :mod:`assets.scaling.execute`.
-Not here yet: the ``replicate`` placement (refused, naming the store).
 """
 
 from __future__ import annotations
@@ -44,7 +47,15 @@ from assets.spark.options import client_options
 from streaming.admin import watermarks
 from streaming.scaling.errors import ScalingError
 from streaming.scaling.plan import StoreScaling, TopicScaling
-from streaming.scaling.reshard import Digest, Record, compact, copy_order, with_left_partition
+from streaming.scaling.reshard import (
+    Digest,
+    Record,
+    compact,
+    copy_order,
+    partition_targets,
+    replicas,
+    with_left_partition,
+)
 from streaming.scaling.store_keys import Placement, StoreKind, partition_key_function
 
 __all__ = ["ReshardResult", "copy_topic", "reshard_changelog"]
@@ -121,16 +132,26 @@ def _written(rows: DataFrame, kind: StoreKind | None, old_partitions: int, parti
     producing). Where each new partition is fed by one old partition only (scaling up by a multiple:
     :func:`~streaming.scaling.reshard.partition_targets`), each old partition's task places and writes its records
     itself, in their order, without a shuffle; otherwise Spark gathers each new partition's records in one task."""
-    direct = partitions % old_partitions == 0
+    if partitions % old_partitions == 0:
+        return _run_writer(rows, partitions, lambda batches: write(_add_targets(partitions, kind, batches)))
+    return _gathered(_with_targets(rows, partitions, kind), partitions, write)
 
+
+def _gathered(placed: DataFrame, partitions: int, write: Callable[[Iterable[Any]], list[tuple[int, int]]]) -> list[int]:
+    """Run ``write`` on each new partition's records of ``placed`` (with their ``target``), gathered in one task and
+    sorted by target, old partition and offset."""
+    rows = placed.repartition(partitions, "target").sortWithinPartitions("target", "partition", "offset")
+    return _run_writer(rows.select(*_COLUMNS), partitions, write)
+
+
+def _run_writer(rows: DataFrame, partitions: int, write: Callable[[Iterable[Any]], list[tuple[int, int]]]) -> list[int]:
+    """Run ``write`` on the Arrow batches of each Spark partition of ``rows``; the end offset of each new partition
+    (what the ``write`` calls reported producing)."""
     def task(batches: Iterable[Any]) -> Iterable[Any]:
-        written = write(_add_targets(partitions, kind, batches) if direct else batches)
+        written = write(batches)
         yield pa.RecordBatch.from_pydict({"partition": [p for p, _ in written], "records": [n for _, n in written]},
                                          schema=pa.schema([("partition", pa.int32()), ("records", pa.int64())]))
 
-    if not direct:
-        rows = _with_targets(rows, partitions, kind).repartition(partitions, "target") \
-            .sortWithinPartitions("target", "partition", "offset").select(*_COLUMNS)
     done = rows.mapInArrow(task, "partition int, records long").collect()
     return _ends(((row.partition, row.records) for row in done), partitions)
 
@@ -192,9 +213,10 @@ def copy_topic(spark: SparkSession, client_config: Mapping[str, Any], topic: Top
 # -- re-shard ------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ReshardResult:
-    """A re-sharded store: its state before (the old changelog's live keys) and after (what the new changelog holds,
-    read back), the new changelog's end offsets, and its records as read back (cached in Spark until
-    :meth:`release`; None for a dropped store)."""
+    """A re-sharded store: its state before (the old changelog's live keys; a replicated store: the entries its new
+    partitions should hold, from the old changelog) and after (what the new changelog holds, read back), the new
+    changelog's end offsets, and its records as read back (cached in Spark until :meth:`release`; None for a
+    dropped store)."""
 
     store: str
     before: Digest
@@ -244,6 +266,62 @@ def _summary(changelog: DataFrame) -> _Summary:
                     int(row.misplaced or 0))
 
 
+# -- replicate -----------------------------------------------------------------------------------------------------------
+def _replicate_partition(config: Mapping[str, str], topic: str, batches: Iterable[Any]) -> list[tuple[int, int]]:
+    return _produce(config, topic, {target: replicas(by_old) for target, by_old in _by_target(batches).items()})
+
+
+def _live_by_partition(changelog: DataFrame) -> DataFrame:
+    """Each partition's live entries: the last record per (partition, key), tombstones dropped."""
+    latest = changelog.groupBy("partition", "key").agg(F.max_by("value", "offset").alias("value"))
+    return latest.where(F.col("value").isNotNull())
+
+
+def _per_partition(rows: DataFrame, partition: str) -> dict[int, Digest]:
+    """The :class:`Digest` of ``rows`` (key, value) per value of the column ``partition``."""
+    return {row.p: Digest(int(row.keys), int(row.checksum or 0)) for row in rows.groupBy(F.col(partition).alias("p"))
+            .agg(F.count("*").alias("keys"), F.sum(row_checksum_column(F.col("key"), F.col("value"))).alias("checksum"))
+            .collect()}
+
+
+def _replicate_changelog(spark: SparkSession, config: dict[str, str], store: StoreScaling,
+                         topic: TopicScaling) -> ReshardResult:
+    """:func:`reshard_changelog` of a store placed ``replicate`` (module doc)."""
+    _check_empty(config, topic)
+    n, sources = topic.new_partitions, partition_targets(len(topic.end), topic.new_partitions)
+    targets = F.element_at(F.array(*(F.array(*map(F.lit, sources[p])) for p in range(len(topic.end)))),
+                           F.col("partition") + 1)
+    old = _read(spark, config, topic.physical, topic.earliest, topic.end).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        keyless = old.where(F.col("key").isNull()).count()
+        if keyless:
+            raise ScalingError(f"store {store.store}: changelog {topic.physical} has {keyless} record(s) without a key; "
+                               f"nothing was written")
+        ends = _gathered(old.withColumn("target", F.explode(targets)), n,
+                         partial(_replicate_partition, config, topic.new_physical))
+        live = _live_by_partition(old).withColumn("target", F.explode(targets))
+        winner = F.max_by(F.struct("value"), "partition")  # a key live in several old partitions: the highest's value
+        expected = _per_partition(live.groupBy("target", "key").agg(winner.alias("w")).select(
+            "target", "key", F.col("w.value").alias("value")), "target")
+    finally:
+        old.unpersist()
+    written = _read(spark, config, topic.new_physical, [0] * n, ends, headers=False) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    actual = _per_partition(_live_by_partition(written), "partition")
+    if actual != expected:
+        written.unpersist()
+        wrong = sorted(p for p in set(actual) | set(expected) if actual.get(p) != expected.get(p))
+        raise ScalingError(f"store {store.store}: the replication into {topic.new_physical} does not verify: "
+                           f"partitions {wrong} hold other entries than the old changelog's (keys expected "
+                           f"{[expected.get(p, Digest(0, 0)).keys for p in wrong]}, found "
+                           f"{[actual.get(p, Digest(0, 0)).keys for p in wrong]})")
+    def total(digests: dict[int, Digest]) -> Digest:
+        return Digest(sum(d.keys for d in digests.values()), sum(d.checksum for d in digests.values()))
+
+    return ReshardResult(store.store, total(expected), total(actual), ends,
+                         ReadChangelog(written, dict.fromkeys(range(n), 0), dict(enumerate(ends))))
+
+
 def reshard_changelog(spark: SparkSession, client_config: Mapping[str, Any], store: StoreScaling,
                       topic: TopicScaling, *, left_partitions: int | None = None) -> ReshardResult:
     """Re-shard ``store``'s changelog ``topic`` into ``topic.new_physical`` (module doc) and verify it; the result
@@ -252,14 +330,13 @@ def reshard_changelog(spark: SparkSession, client_config: Mapping[str, Any], sto
     new partition count (the plan's ``rewrites``).
 
     Raises:
-        ScalingError: the placement is ``replicate``; the new changelog is not empty; a changelog record has no
-            key; a write failed; or the verification found a difference (each names the store).
+        ScalingError: the new changelog is not empty; a changelog record has no key; a write failed; or the
+            verification found a difference (each names the store).
     """
     config = {key: str(value) for key, value in client_config.items()}
     n = topic.new_partitions
     if store.placement == Placement.REPLICATE:
-        raise ScalingError(f"store {store.store}: the placement 'replicate' is not in the Spark job yet; choose "
-                           f"'by-key' or 'drop'")
+        return _replicate_changelog(spark, config, store, topic)
     if store.placement == Placement.DROP:
         return ReshardResult(store.store, Digest(0, 0), Digest(0, 0), [0] * n)
     _check_empty(config, topic)

@@ -33,7 +33,7 @@ from streaming.scaling.store_keys import StoreKind, partition_key_function, subs
 from streaming.state.snapshots import row_checksum
 
 __all__ = ["Digest", "Record", "compact", "copy_order", "digest", "interleave", "misplaced", "partition_targets",
-           "repartition", "replicate_store", "reshard_store", "with_left_partition"]
+           "repartition", "replicas", "replicate_store", "reshard_store", "with_left_partition"]
 
 
 class Record(NamedTuple):
@@ -151,20 +151,31 @@ def partition_targets(old: int, new: int) -> dict[int, list[int]]:
     return {p: list(range(p % step, new, step)) for p in range(old)}
 
 
-def replicate_store(partitions: Mapping[int, Iterable[Record]], old: int, new: int) -> dict[int, list[Record]]:
-    """A store of ``old`` partitions in ``new`` by replication (module doc): the live records of each old partition
-    (last record per key, tombstones dropped) in every partition of :func:`partition_targets`, in key order."""
-    targets = partition_targets(old, new)
-    result: dict[int, dict[bytes, Record]] = {p: {} for p in range(new)}
-    for source, records in partitions.items():
+def replicas(by_old: Mapping[int, Iterable[Record]]) -> list[Record]:
+    """The records one new partition receives from a replicated store (module doc): the live records (last record
+    per key, tombstones dropped) of each old partition that feeds it (old partition -> its changelog in offset
+    order), in key order; a key live in several of them takes the value of the highest old partition.
+
+    Raises:
+        ValueError: a record without a key.
+    """
+    result: dict[bytes, Record] = {}
+    for source in sorted(by_old):
         latest: dict[bytes, Record] = {}
-        for record in records:
+        for record in by_old[source]:
             if record.key is None:
                 raise ValueError(f"a changelog record without a key in partition {source}")
             latest[record.key] = record
-        for target in targets[source]:
-            result[target].update((k, r) for k, r in latest.items() if r.value is not None)
-    return {p: [rows[k] for k in sorted(rows)] for p, rows in result.items()}
+        result.update((k, r) for k, r in latest.items() if r.value is not None)
+    return [result[k] for k in sorted(result)]
+
+
+def replicate_store(partitions: Mapping[int, Iterable[Record]], old: int, new: int) -> dict[int, list[Record]]:
+    """A store of ``old`` partitions in ``new`` by replication (module doc): each new partition's :func:`replicas`
+    of the old partitions that feed it (:func:`partition_targets`)."""
+    targets = partition_targets(old, new)
+    changelogs = {source: list(records) for source, records in partitions.items()}
+    return {p: replicas({s: rows for s, rows in changelogs.items() if p in targets[s]}) for p in range(new)}
 
 
 @dataclass(frozen=True)

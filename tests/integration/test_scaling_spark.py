@@ -149,3 +149,39 @@ def test_a_changelog_with_a_key_in_two_partitions_is_refused_and_nothing_is_writ
         reshard_changelog(spark, {"bootstrap.servers": bootstrap}, store, topic)
     ends = watermarks(bootstrap, [(new, p) for p in range(4)])
     assert [high for _, high in ends.values()] == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("new", [4, 3])
+def test_a_replicated_store_holds_in_each_new_partition_the_entries_of_the_old_ones_feeding_it(
+        spark: SparkSession, bootstrap: str, unique_name: str, new: int) -> None:
+    from confluent_kafka import Producer
+
+    from streaming.scaling.plan import StoreScaling, TopicScaling
+    from streaming.scaling.reshard import Record as Entry
+    from streaming.scaling.reshard import replicate_store
+
+    old, target = f"{unique_name}-ids-changelog", f"{unique_name}-ids-changelog.v2"
+    create_topics(bootstrap, {old: 2, target: new})
+    changelog: dict[int, list[Entry]] = {0: [], 1: []}
+    for partition, key, value in ((0, b"order-1", b"a"), (0, b"order-2", b"b"), (0, b"order-1", b"c"),
+                                  (1, b"order-3", b"d"), (1, b"order-2", b"e"),  # order-2 live in both: 1's wins
+                                  (1, b"order-4", b"f"), (1, b"order-4", None), (0, b"order-5", b"g")):
+        changelog[partition].append(Entry(key, value, 100 + len(changelog[partition])))
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for partition, entries in changelog.items():
+        for entry in entries:
+            producer.produce(old, entry.value, entry.key, partition=partition, timestamp=entry.timestamp)
+    assert producer.flush(30) == 0
+    topic = TopicScaling(topic="ids-changelog", role="changelog", physical=old, generation=1, new_physical=target,
+                         new_generation=2, partitions=2, new_partitions=new, earliest=[0, 0],
+                         end=[len(changelog[0]), len(changelog[1])], committed=[None, None], store="ids")
+    store = StoreScaling("ids", "window", "ids-changelog", 0, 8, placement="replicate")
+    result = reshard_changelog(spark, {"bootstrap.servers": bootstrap}, store, topic)
+    result.release()
+    expected = replicate_store(changelog, 2, new)
+    found: dict[int, list[tuple[bytes, bytes, int]]] = {p: [] for p in range(new)}
+    for record in read_topic(bootstrap, target, Bytes, Bytes, new):
+        found[record.partition].append((record.key, record.value, record.timestamp))
+    assert found == {p: [(e.key, e.value, e.timestamp) for e in entries] for p, entries in expected.items()}
+    assert result.after == result.before and result.after.keys == sum(map(len, expected.values()))
+    assert sum(result.ends) == result.after.keys
