@@ -6,6 +6,7 @@ Public API (internals live in ``streaming.runtime`` and are not imported by user
     from streaming import TimeWindows, SlidingWindows, SessionWindows, JoinWindows, Suppressed, Windowed
     from streaming.processor import Processor, ProcessorContext, Record, PunctuationType
     from streaming.testing import TopologyTestDriver
+    from streaming import FieldEncryption   # field-level encryption (streaming.encryption)
 """
 
 from streaming.config import StreamsConfig
@@ -22,6 +23,7 @@ from streaming.dsl import (
 from streaming.dsl.suppress import BufferConfig, Suppressed
 from streaming.errors import (
     ConfigError,
+    DecryptionError,
     DeserializationError,
     InvalidStateStoreError,
     ProcessingError,
@@ -47,7 +49,8 @@ from streaming.windows import (
 )
 
 __all__ = [
-    "BranchedKStream", "ConfigError", "DeserializationError", "ErrorContext", "FieldTimestampExtractor", "GlobalKTable",
+    "BranchedKStream", "ConfigError", "DecryptionError", "DeserializationError", "ErrorContext",
+    "FieldTimestampExtractor", "GlobalKTable",
     "InvalidStateStoreError", "KGroupedStream", "KGroupedTable", "KStream", "KTable", "KafkaStreams",
     "KeyQueryMetadata", "KeyValueStore", "Materialized", "ProcessingError", "ProductionError",
     "RecordTimestampExtractor", "Serde", "Serdes", "StateDirectoryLockedError", "Stores", "StreamsBuilder",
@@ -56,6 +59,8 @@ __all__ = [
     # windows, suppression
     "BufferConfig", "JoinWindows", "SessionWindows", "SlidingWindows", "Suppressed", "TimeWindows", "Window",
     "Windowed", "WindowedSerdes",
+    # field-level encryption
+    "EncryptedJsonSerde", "FieldEncryption",
 ]
 
 
@@ -67,4 +72,8 @@ def __getattr__(name: str) -> object:
     if name == "KeyQueryMetadata":
         from streaming.runtime.interactive_queries import KeyQueryMetadata
         return KeyQueryMetadata
+    if name in ("FieldEncryption", "EncryptedJsonSerde"):
+        # streaming.encryption imports cryptography (~40 ms): only for the apps that encrypt.
+        from streaming import encryption
+        return getattr(encryption, name)
     raise AttributeError(f"module 'streaming' has no attribute {name!r}")

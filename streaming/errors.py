@@ -44,6 +44,21 @@ class ProcessingError(RecordError):
     """User code (a processor, predicate or mapper) raised while processing a record."""
 
 
+class DecryptionError(StreamsError):
+    """An encrypted field could not be decrypted (:mod:`streaming.encryption`): its key id is not in the keyring,
+    the key held under that id is the wrong one, or the value was altered, moved or is not in the wire form.
+    ``key_id`` and ``field`` say which (None when unknown); the message names both and never holds a key or the
+    value. From a source serde it is a deserialization error; from ``map_values``, a processing error."""
+
+    def __init__(self, message: str, key_id: str | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.key_id = key_id
+        self.field = field
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self), self.key_id, self.field))
+
+
 class ProductionError(StreamsError):
     """A record could not be serialized or written to its output topic."""
 

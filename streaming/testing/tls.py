@@ -10,7 +10,7 @@ broker's plaintext port. The broker must advertise the proxy's port in metadata
     with EmbeddedBroker(advertised_port=proxy.port, workdir=...) as broker, proxy.start(broker.port):
         config = {"bootstrap.servers": proxy.bootstrap_servers, **proxy.client_security()}
 
-:func:`make_authority` needs the ``cryptography`` package (a dev dependency); :class:`TlsProxy` needs the
+:func:`make_authority` needs the ``cryptography`` package (a runtime dependency); :class:`TlsProxy` needs the
 ``stunnel4`` (or ``stunnel``) binary: :func:`stunnel_binary` says why it is missing.
 """
 
