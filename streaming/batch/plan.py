@@ -10,6 +10,12 @@ Refused, each with a :class:`BatchPlanError` naming what: global stores and glob
 follows its topic with no time synchronization, so no replay order reproduces it), sub-topologies that feed each
 other in a cycle (a foreign-key join's subscription and response topics), and, when the tasks are built, a
 wall-clock punctuator (:mod:`streaming.batch.task_runner`).
+
+A dynamic sink (``KStream.to(extractor)``) names its topic per record; it never writes a topic the app reads
+(:mod:`streaming.runtime.dynamic_sink`), so it feeds no stage. Its possible outputs are the topics of
+``partition_counts`` the app neither reads nor owns nor writes through a fixed sink (the platform spec's declared
+outputs: ``dynamic_output_topics``); a record routed to any other topic goes down the production error path, as
+live a topic missing from the cluster does.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from dataclasses import dataclass
 
 from streaming.errors import TopologyError
 from streaming.naming import dead_letter_topic
+from streaming.runtime.dynamic_sink import reserved_topics
 from streaming.runtime.internal_topics import DEAD_LETTER_PARTITIONS, internal_topic_partitions
 from streaming.runtime.task import task_id_of
 from streaming.topology.topology import Subtopology, Topology
@@ -66,11 +73,17 @@ class BatchPlan:
         self.fed_topics = frozenset(t for sub in subtopologies for t in sub.source_topics if t in written)
         self.input_topics = tuple(sorted({t for sub in subtopologies for t in sub.source_topics} - self.fed_topics))
         self.output_topics = tuple(sorted(written - set(topology.internal_topics)))
+        reserved = reserved_topics(topology, application_id) if topology.dynamic_sinks else {}
+        self.dynamic_output_topics = tuple(sorted(
+            t for t in partition_counts if t not in reserved and t not in self.output_topics)) \
+            if topology.dynamic_sinks else ()
+        """The topics the app's dynamic sinks may write (the module doc); empty without dynamic sinks."""
         missing = [t for t in (*self.input_topics, *self.output_topics) if t not in partition_counts]
         if missing:
             raise BatchPlanError(f"the partition count of topics {missing} is not known (the platform spec declares "
                                  f"the app's inputs and outputs)")
-        counts = {t: partition_counts[t] for t in (*self.input_topics, *self.output_topics)}
+        counts = {t: partition_counts[t] for t in (*self.input_topics, *self.output_topics,
+                                                   *self.dynamic_output_topics)}
         self.partition_counts = {**counts, **internal_topic_partitions(topology, application_id, counts),
                                  dead_letter_topic(application_id): DEAD_LETTER_PARTITIONS}
         self.stages = self._stages(subtopologies)

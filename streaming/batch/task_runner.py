@@ -132,7 +132,8 @@ def run_task(plan: BatchPlan, config: StreamsConfig, spec: TaskSpec, inputs: Map
         TopologyError: a processor schedules a wall-clock punctuator (naming it).
         StreamsError: a record failed and its error handler says ``fail`` (naming topic, partition and offset).
     """
-    collector = MemoryRecordCollector(partition_counts=plan.partition_counts, discard=_state_topic(plan))
+    collector = MemoryRecordCollector(partition_counts=plan.partition_counts, discard=_state_topic(plan),
+                                      existing_topics=plan.dynamic_output_topics)
     collector.keep_outputs = False
     errors = configured_handlers(config, DeadLetterWriter(
         plan.application_id, dead_letter_topic(plan.application_id), collector.send))

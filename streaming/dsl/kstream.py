@@ -14,6 +14,7 @@ from streaming.dsl.repartition import GroupBySelectKey, add_repartition
 from streaming.dsl.stateful_operators import TableSource
 from streaming.dsl.stream_table_join import join_global_table, join_table
 from streaming.errors import TopologyError
+from streaming.processor.api import TopicNameExtractor
 from streaming.serdes import Serde
 from streaming.topology.nodes import Partitioner
 
@@ -113,10 +114,27 @@ class KStream:
             split.branch(predicate, name=str(index))
         return list(split.no_default_branch().values())
 
-    def to(self, topic: str, key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
-           partitioner: Partitioner | None = None, name: str | None = None) -> None:
+    def to(self, topic: str | TopicNameExtractor, key_serde: Serde[Any] | None = None,
+           value_serde: Serde[Any] | None = None, partitioner: Partitioner | None = None,
+           name: str | None = None) -> None:
         """Write the stream to ``topic``. ``partitioner(topic, key, value, n)`` may choose the partition
-        (None means the default: murmur2 of the serialized key, as the Java client)."""
+        (None means the default: murmur2 of the serialized key, as the Java client).
+
+        ``topic`` may instead be a topic name extractor (Kafka Streams' ``TopicNameExtractor``):
+        ``topic(key, value, record_context) -> str`` names the topic of each record, e.g.
+        ``lambda k, v, ctx: f"lines-{v['category']}"``; ``record_context`` (a
+        :class:`~streaming.processor.RecordContext`) has the input record's ``topic``, ``partition`` and
+        ``offset`` and the sent record's ``timestamp`` and ``headers``. Serdes and partitioner are the same for
+        every topic it names. As in Kafka Streams, Brook never creates such a topic; unlike a producer on a broker
+        that auto-creates topics, it checks each name against the cluster's metadata (cached, refreshed on a
+        miss at most once a second) before sending, so a record is never written to a topic that did not exist:
+
+        * the extractor raising is a processing error (``processing.exception.handler``);
+        * a name that is not a valid topic name, a topic the cluster does not have, and a topic the application
+          reads or owns (an input, a changelog, a repartition or dead-letter topic: a dynamic sink writes outputs
+          only) are production errors (``production.exception.handler``: fail, skip or dead-letter), whose
+          message names the topic, the key and the input record's topic, partition and offset.
+        """
         node = name or self._builder._new_name("SINK")
         self._builder.topology.add_sink(node, topic, self._node, key_serde=key_serde or self.key_serde,
                                         value_serde=value_serde or self.value_serde, partitioner=partitioner)

@@ -8,6 +8,9 @@ from streaming.processor.api import (
     ProcessorSupplier,
     PunctuationType,
     Record,
+    RecordContext,
+    TopicNameExtractor,
 )
 
-__all__ = ["Cancellable", "ObservedStreamTime", "Processor", "ProcessorContext", "ProcessorSupplier", "PunctuationType", "Record"]
+__all__ = ["Cancellable", "ObservedStreamTime", "Processor", "ProcessorContext", "ProcessorSupplier", "PunctuationType", "Record",
+           "RecordContext", "TopicNameExtractor"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -56,6 +57,31 @@ class Record(Generic[K, V]):
 
     def __repr__(self) -> str:
         return f"Record(key={self.key!r}, value={self.value!r}, timestamp={self.timestamp}, headers={self._headers!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordContext:
+    """Where the record a sink is sending comes from (Kafka Streams' ``processor.RecordContext``), as a topic name
+    extractor sees it (``KStream.to(extractor)``, ``Topology.add_sink(name, extractor, ...)``).
+
+    ``topic``, ``partition`` and ``offset`` are those of the input record being processed (``topic`` as the
+    topology names it, the logical topic also when the app runs at a later generation; ``partition`` and ``offset``
+    are the physical topic's). They are None where no input record is being processed: in a punctuation and for
+    what a punctuator forwards. A record a cache flush forwards has the context of the input record that last wrote
+    its cached entry. ``timestamp`` and ``headers`` are those of the record being sent (as Kafka Streams' ``SinkNode``
+    builds the extractor's context from the record's timestamp and headers).
+    """
+
+    topic: str | None
+    partition: int | None
+    offset: int | None
+    timestamp: int
+    headers: Headers
+
+
+TopicNameExtractor = Callable[[Any, Any, RecordContext], str]
+"""``extractor(key, value, record_context) -> topic``: the topic a dynamic sink sends each record to (Kafka Streams'
+``TopicNameExtractor``). The topic must exist: Brook never creates it (see ``KStream.to``)."""
 
 
 class PunctuationType(enum.Enum):

@@ -219,6 +219,9 @@ def make_plan(topology: Topology, application_id: str, client_config: Mapping[st
                      f"nothing to reset")
     if roles.outputs:
         notes.append(f"output topics {list(roles.outputs)}: untouched (a reprocessing appends to them)")
+    if topology.dynamic_sinks:
+        notes.append(f"sinks {topology.dynamic_sinks} choose their output topics per record: those are untouched too "
+                     f"(a dynamic sink never writes an input or internal topic)")
     return ResetPlan(application_id=application_id, position=position, time_ms=time_ms, tables=tables,
                      offsets=offsets, recreate=recreate, epoch_before=observed.epoch,
                      epoch_after=next_epoch(observed.epoch), snapshots=retire, snapshot_location=snapshot_location,

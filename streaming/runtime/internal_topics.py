@@ -57,7 +57,7 @@ def internal_topic_partitions(topology: Topology, application_id: str, counts: d
             if len(sizes) < len(sub.source_topics):
                 continue
             for node in sub.nodes:
-                if isinstance(node, SinkNodeDef) and node.topic in internal and node.topic not in known:
+                if isinstance(node, SinkNodeDef) and node.topic in internal and node.topic not in known:  # never dynamic
                     known[node.topic] = max(sizes)
                     changed = True
         if not changed:
@@ -80,7 +80,8 @@ def internal_topic_partitions(topology: Topology, application_id: str, counts: d
 def logical_topics(topology: Topology, application_id: str) -> set[str]:
     """The logical name of every key-partitioned topic ``topology`` (bound to ``application_id``) reads or writes:
     sources, sinks, global-table topics, internal topics, changelogs of logged stores and stream-time topics —
-    the topics that may have generations (:mod:`streaming.topic_generations`)."""
+    the topics that may have generations (:mod:`streaming.topic_generations`). Not the topics a dynamic sink chooses
+    per record (outputs only, unknown before they are written: they stay at generation 1, their own name)."""
     generations = topology.generations
     physical = {*topology.source_topics, *topology.sink_topics, *topology.internal_topics,
                 *(store.topic for store in topology.global_stores.values())}

@@ -76,7 +76,8 @@ class KafkaStreams:
     ``close()``.
 
     The configuration is validated here (an unknown key or bad value raises :class:`ConfigError`);
-    topics are checked in ``start()``: every source and sink topic must exist, and the topics one
+    topics are checked in ``start()``: every source and sink topic must exist (a dynamic sink's, chosen per record,
+    are checked before it sends to them: ``KStream.to``), and the topics one
     sub-topology reads must have equal partition counts (co-partitioning). Partitions are assigned with
     the ``range`` assignor so each instance gets the same partition numbers of co-partitioned topics.
     """

@@ -15,7 +15,7 @@ A null key goes to partition 0 (a producer would pick one at random).
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +63,8 @@ class MemoryRecordCollector:
     records back to the topics the topology reads), instead of sending them to Kafka.
 
     ``partition_counts``: topic -> partitions, for records sent without a partition (see the module doc).
+    ``existing_topics``: the topics a dynamic sink may send to (:meth:`topic_exists`); None: every topic exists,
+    as Kafka's test driver creates every output topic on the fly.
     ``discard(topic)``: topics whose records are dropped at once (batch runs drop changelog writes: their state
     is carried by snapshots of the stores themselves). With ``max_message_bytes`` (``producer.message.max.bytes``)
     a record whose key, value and headers exceed it is refused as librdkafka refuses it at send time
@@ -71,7 +73,8 @@ class MemoryRecordCollector:
     """
 
     def __init__(self, max_message_bytes: int | None = None, partition_counts: Mapping[str, int] | None = None,
-                 discard: Callable[[str], bool] = lambda topic: False) -> None:
+                 discard: Callable[[str], bool] = lambda topic: False,
+                 existing_topics: Iterable[str] | None = None) -> None:
         self.outputs: dict[str, deque[SentRecord]] = defaultdict(deque)
         self.pending: deque[tuple[str, SentRecord]] = deque()
         self.produced: set[str] = set()  # every topic written to, read or not
@@ -81,6 +84,7 @@ class MemoryRecordCollector:
         self._max_bytes = max_message_bytes
         self._partition_counts = dict(partition_counts or {})
         self._discard = discard
+        self._existing = None if existing_topics is None else frozenset(existing_topics)
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
              partition: int = UNASSIGNED) -> None:
@@ -103,6 +107,10 @@ class MemoryRecordCollector:
 
     def partition_count(self, topic: str) -> int:
         return self._partition_counts.get(topic, 1)
+
+    def topic_exists(self, topic: str) -> bool:
+        """Whether a dynamic sink may send to ``topic``: any topic, unless ``existing_topics`` was given."""
+        return self._existing is None or topic in self._existing
 
     def flush(self) -> None:
         """Nothing to wait for."""

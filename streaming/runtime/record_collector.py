@@ -44,6 +44,12 @@ RECORD_ERRORS = frozenset(getattr(KafkaError, name) for name in (
     "MSG_SIZE_TOO_LARGE", "_MSG_SIZE_TOO_LARGE", "INVALID_RECORD", "CORRUPT_MESSAGE", "RECORD_LIST_TOO_LARGE",
     "INVALID_TIMESTAMP", "POLICY_VIOLATION") if hasattr(KafkaError, name))
 _FLUSH_SLICE_S = 1.0  # a flush without a deadline waits in slices of this length
+#: A topic a dynamic sink names that the cached topic list lacks re-reads the list at most this often (a topic
+#: created while the app runs is found within about this long; a flood of records to a missing topic costs one
+#: metadata request per interval).
+TOPIC_LIST_REFRESH_S = 1.0
+#: How long a read of the cluster's topic list may take before the sink gives up (and the thread stops).
+TOPIC_LIST_TIMEOUT_S = 10.0
 
 
 class RecordCollector(Protocol):
@@ -51,6 +57,8 @@ class RecordCollector(Protocol):
              partition: int = UNASSIGNED) -> None: ...
 
     def partition_count(self, topic: str) -> int: ...
+
+    def topic_exists(self, topic: str) -> bool: ...
 
     def flush(self) -> None: ...
 
@@ -84,6 +92,9 @@ class KafkaRecordCollector:
         self._inputs_of: Callable[[str], str] = lambda topic: ""
         self._metadata_client = metadata_client
         self._partition_counts: dict[str, int] = {}
+        self._topics: frozenset[str] = frozenset()  # the cluster's topics, as last listed (topic_exists)
+        self._topics_listed_at = -TOPIC_LIST_REFRESH_S
+        self.topic_list_reads = 0
         self.queue_full_stalls = 0  # sends that waited for room in the producer's queue
         self.queue_full_seconds = 0.0
         self._stall_logged_at = -QUEUE_FULL_LOG_INTERVAL_S
@@ -166,6 +177,29 @@ class KafkaRecordCollector:
                 raise ProductionError(f"output topic {topic!r} does not exist")
             count = self._partition_counts[topic] = len(partitions)
         return count
+
+    def topic_exists(self, topic: str) -> bool:
+        """Whether the cluster has ``topic`` (a dynamic sink asks before it sends: :mod:`streaming.runtime.dynamic_sink`).
+
+        Answered from the cluster's topic list, read whole (a metadata request naming the topic may make a broker
+        with ``auto.create.topics.enable`` create it) and cached; a topic the cached list lacks re-reads it, at
+        most once per :data:`TOPIC_LIST_REFRESH_S`. A topic found once stays found. Raises
+        :class:`ProductionError` when the list cannot be read within :data:`TOPIC_LIST_TIMEOUT_S`."""
+        if topic in self._topics:
+            return True
+        now = time.monotonic()
+        if now - self._topics_listed_at < TOPIC_LIST_REFRESH_S:
+            return False
+        self._topics_listed_at = now
+        self.topic_list_reads += 1
+        try:
+            metadata = self._metadata_client.list_topics(timeout=TOPIC_LIST_TIMEOUT_S)
+        except Exception as exc:
+            raise ProductionError(f"cannot check whether topic {topic!r} exists: the cluster's topic list could "
+                                  f"not be read: {exc}") from exc
+        self._topics = frozenset(name for name, info in metadata.topics.items()
+                                 if info.error is None and info.partitions)
+        return topic in self._topics
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every sent record is acknowledged; raise if any failed, or if ``timeout`` s passed.

@@ -122,8 +122,9 @@ class StreamThread(threading.Thread):
 
     def _uncommitted_inputs(self, topic: str) -> str:
         """What the error of a failed delivery to ``topic`` adds: the input records it may be the output of, those
-        the tasks writing to ``topic`` processed since their last commit (see streaming.runtime.record_collector)."""
-        spans = [span for task in self.tasks.tasks.values() if topic in task.sink_topics
+        the tasks writing to ``topic`` processed since their last commit (see streaming.runtime.record_collector); a
+        task with a dynamic sink may write any output topic."""
+        spans = [span for task in self.tasks.tasks.values() if (topic in task.sink_topics or task.has_dynamic_sinks)
                  and (span := task.uncommitted_inputs())]
         return f" (output of a record processed since the last commit, none of them committed: {'; '.join(spans)})" \
             if spans else ""

@@ -19,8 +19,9 @@ from streaming.errors import (
     TaskMigratedError,
     TopologyError,
 )
-from streaming.processor.api import Cancellable, ObservedStreamTime, PunctuationType, Record, T
+from streaming.processor.api import Cancellable, ObservedStreamTime, PunctuationType, Record, RecordContext, T
 from streaming.runtime.context import NodeContext, fan_out
+from streaming.runtime.dynamic_sink import reserved_topics, topic_name_problem
 from streaming.runtime.error_handlers import (
     DESERIALIZATION,
     PROCESSING,
@@ -39,7 +40,7 @@ from streaming.state.bytes_store import StoreContext
 from streaming.state.caching import CacheBudget
 from streaming.state.changelogging import ChangeLogger
 from streaming.timestamps import is_record_time
-from streaming.topology.nodes import Emit, ProcessorNodeDef, SinkNodeDef, SourceNodeDef
+from streaming.topology.nodes import Emit, ProcessorNodeDef, SinkNodeDef, SourceNodeDef, extractor_name
 from streaming.topology.topology import Subtopology, Topology
 from streaming.windows.serdes import WindowedSerde
 
@@ -122,7 +123,8 @@ class StreamTask:
         self._topology = topology
         self.generations = topology.generations  # context.topic() names the logical topic
         self._processors: list[tuple[str, Any]] = []
-        self.sink_topics = {node.topic for node in subtopology.nodes if isinstance(node, SinkNodeDef)}
+        self.sink_topics = set(subtopology.sink_topics)  # fixed topics; a dynamic sink may write any output topic
+        self.has_dynamic_sinks = bool(subtopology.dynamic_sinks)
         self._emits: dict[str, Emit] = {}
         self._sources: dict[str, _Source] = {}
         self.group: PartitionGroup | None = None
@@ -242,6 +244,8 @@ class StreamTask:
             key_serde = key_serde.with_default_inner(self.config.default_key_serde)
         serialize_key = key_serde.serialize
         serialize_value = (node.value_serde or self.config.default_value_serde).serialize
+        if node.topic_extractor is not None:
+            return self._dynamic_sink(node, serialize_key, serialize_value)
         send = self._collector.send
         topic = node.topic
         partitioner = node.partitioner
@@ -267,6 +271,76 @@ class StreamTask:
                     self._refused(exc))
         return emit
 
+    def _dynamic_sink(self, node: SinkNodeDef, serialize_key: Callable[[Any], bytes | None],
+                      serialize_value: Callable[[Any], bytes | None]) -> Emit:
+        """A sink whose topic ``node.topic_extractor(key, value, record_context)`` chooses per record: the extractor
+        raising is a processing error; a chosen topic that is no valid name, is one the application reads or owns,
+        or that the cluster does not have is a production error, handled before anything is sent
+        (:mod:`streaming.runtime.dynamic_sink`). A topic that passed is not checked again."""
+        extractor = node.topic_extractor
+        assert extractor is not None
+        partitioner = node.partitioner
+        collector = self._collector
+        send = collector.send
+        logical = self.generations.logical
+        reserved = reserved_topics(self._topology, self.application_id)
+        checked: set[str] = set()
+
+        def emit(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            current = self.current
+            shown = headers if headers is not None else []
+            context = RecordContext(None, None, None, timestamp, shown) if current is None else \
+                RecordContext(logical(current.topic()), current.partition(), current.offset(), timestamp, shown)
+            try:
+                topic = extractor(key, value, context)
+            except Exception as exc:  # user code may raise anything: a processing error
+                where = (None,) * 3 if current is None else (current.topic(), current.partition(), current.offset())
+                raise ProcessingError(f"task {self.id}: sink {node.name!r}: topic name extractor "
+                                      f"{extractor_name(extractor)} raised for key {key!r}: {exc!r}", *where) from exc
+            try:
+                key_bytes = serialize_key(key)
+                value_bytes = serialize_value(value)
+            except Exception as exc:
+                raise self._sink_error(node, key, value, exc, topic) from exc
+            if topic.__class__ is not str or topic not in checked:
+                problem = self._dynamic_topic_problem(topic, reserved)
+                if problem is not None:
+                    source = " (no input record)" if current is None else output_of(current, self.id)
+                    self._errors.handle(ErrorContext.of_message(
+                        PRODUCTION, self.id, current, self.current_timestamp,
+                        output_topic=topic if isinstance(topic, str) else repr(topic), output_partition=UNASSIGNED,
+                        output_key=key_bytes, output_value=value_bytes),
+                        ProductionError(f"sink {node.name!r}: {problem}; key {key!r}{source}"))
+                    return
+                checked.add(topic)
+            partition = UNASSIGNED
+            if partitioner is not None:
+                chosen = partitioner(topic, key, value, collector.partition_count(topic))
+                if chosen is not None:
+                    partition = chosen
+            try:
+                send(topic, key_bytes, value_bytes, timestamp, headers, partition)
+            except ProductionError as exc:  # the producer refused the record (e.g. larger than message.max.bytes)
+                self._errors.handle(ErrorContext.of_message(
+                    PRODUCTION, self.id, current, self.current_timestamp, output_topic=topic,
+                    output_partition=partition, output_key=key_bytes, output_value=value_bytes),
+                    self._refused(exc))
+        return emit
+
+    def _dynamic_topic_problem(self, topic: Any, reserved: dict[str, str]) -> str | None:
+        """Why a dynamic sink may not send to ``topic``, or None. Raises :class:`ProductionError` (which stops the
+        thread: no handler skips a record for it) when the cluster's metadata cannot be read."""
+        problem = topic_name_problem(topic)
+        if problem is not None:
+            return f"the topic name extractor returned {topic!r}, which is not a valid topic name ({problem})"
+        if topic in reserved:
+            return (f"the topic name extractor chose topic {topic!r}, which is {reserved[topic]}: a dynamic sink "
+                    f"writes output topics only")
+        if not self._collector.topic_exists(topic):
+            return (f"the topic name extractor chose topic {topic!r}, which does not exist on the cluster (a dynamic "
+                    f"sink's topics are never created: create it first)")
+        return None
+
     def _refused(self, exc: ProductionError) -> ProductionError:
         """A refusal of the producer, naming the input record the output came from, as Kafka Streams hands the
         production handler the record context of the send (KIP-1033; ``SinkNode``, ``RecordCollectorImpl``)."""
@@ -276,7 +350,8 @@ class StreamTask:
         error.__cause__ = exc.__cause__  # what went wrong: the dead letter's brook.error.type
         return error
 
-    def _sink_error(self, node: SinkNodeDef, key: Any, value: Any, exc: Exception) -> StreamsError:
+    def _sink_error(self, node: SinkNodeDef, key: Any, value: Any, exc: Exception,
+                    topic: Any = None) -> StreamsError:
         key_serde = node.key_serde or self.config.default_key_serde
         value_serde = node.value_serde or self.config.default_value_serde
         try:
@@ -286,9 +361,10 @@ class StreamTask:
         else:
             what = f"the value {value!r} with value serde {value_serde!r}"
         hint = ""
-        if node.topic in self._topology.internal_topics:
+        topic = node.topic if topic is None else topic
+        if topic in self._topology.internal_topics:
             hint = " (a repartition topic: give the operation that repartitions, e.g. group_by, the serde it needs)"
-        return StreamsError(f"sink {node.name!r} cannot serialize {what} for topic {node.topic!r}{hint}: {exc!r}")
+        return StreamsError(f"sink {node.name!r} cannot serialize {what} for topic {topic!r}{hint}: {exc!r}")
 
     # -- processing ----------------------------------------------------------------------------------------
     def process_messages(self, messages: list[Any]) -> None:

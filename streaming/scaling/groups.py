@@ -12,7 +12,10 @@ here is a connected set of topics under "must have the same count":
 
 A repartition topic is a source of the sub-topology that reads it; its writers partition by murmur2 over
 whatever count it has, so it does not tie the writers' group to the readers'. Output topics (written, never read)
-and global tables' topics (read whole by every instance) belong to no group.
+and global tables' topics (read whole by every instance) belong to no group. So do the topics a dynamic sink
+(``KStream.to(extractor)``) chooses per record: it may write output topics only, never one the app reads or owns
+(refused per record: :mod:`streaming.runtime.dynamic_sink`), so it makes no topic "intermediate" and, whatever its
+partitioner, partitions nothing a re-shard must reproduce (``custom_partitioned`` skips it).
 """
 
 from __future__ import annotations
@@ -161,7 +164,8 @@ def custom_partitioned(topology: Topology, group: ScalingGroup) -> list[tuple[st
     found = []
     for sub in topology.subtopologies():
         for node in sub.nodes:
-            if isinstance(node, SinkNodeDef) and node.topic in topics and node.partitioner is not None \
+            if isinstance(node, SinkNodeDef) and not node.is_dynamic and node.topic in topics \
+                    and node.partitioner is not None \
                     and node.partitioner is not response_partition:
                 found.append((node.topic, node.name))
     return sorted(found)

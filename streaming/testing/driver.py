@@ -6,6 +6,7 @@ import shutil
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -39,13 +40,17 @@ class TopologyTestDriver:
     processes what those flushes wrote to such topics, committing again until nothing is left.
     Records piped into a global table's topic update its global store directly.
     Wall-clock time is simulated: it moves only with :meth:`advance_wall_clock_time`.
+    Output topics exist as soon as something is written to them, as in Kafka's driver; ``existing_topics`` makes the
+    topics a dynamic sink (``KStream.to(extractor)``) may write those only, as a cluster's metadata would: one it
+    names that is not among them goes down the production error path, naming it.
     State lives in a temporary directory unless ``state.dir`` is given; with persistent stores the driver
     holds the lock of ``state.dir/<application.id>`` until :meth:`close`, as a worker does, so a driver
     pointed at a running worker's state directory is refused (:class:`StateDirectoryLockedError`).
     """
 
     def __init__(self, topology: Topology, config: dict[str, Any] | None = None,
-                 initial_wall_clock_time_ms: int | None = None) -> None:
+                 initial_wall_clock_time_ms: int | None = None, *,
+                 existing_topics: Iterable[str] | None = None) -> None:
         settings = {"application.id": "topology-test-driver", **(config or {})}
         self._state_dir = None
         if "state.dir" not in settings:
@@ -55,7 +60,8 @@ class TopologyTestDriver:
         self.wall_clock_ms = int(time.time() * 1000) if initial_wall_clock_time_ms is None \
             else initial_wall_clock_time_ms
         max_bytes = self.config.producer_config().get("message.max.bytes")
-        self._collector = MemoryRecordCollector(int(max_bytes) if max_bytes is not None else None)
+        self._collector = MemoryRecordCollector(int(max_bytes) if max_bytes is not None else None,
+                                                existing_topics=existing_topics)
         self._errors = configured_handlers(self.config, DeadLetterWriter(
             self.config.application_id, dead_letter_topic(self.config.application_id), self._collector.send))
         self._offsets: dict[str, int] = defaultdict(int)

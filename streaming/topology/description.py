@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streaming.topology.nodes import GlobalStoreDef, NodeDef, ProcessorNodeDef, SinkNodeDef, SourceNodeDef
+from streaming.topology.nodes import (
+    GlobalStoreDef,
+    NodeDef,
+    ProcessorNodeDef,
+    SinkNodeDef,
+    SourceNodeDef,
+    extractor_name,
+)
 
 
 @dataclass(frozen=True)
@@ -18,7 +25,10 @@ class SubtopologyDescription:
             if isinstance(node, SourceNodeDef):
                 lines.append(f"    Source: {node.name} (topics: [{', '.join(node.topics)}])")
             elif isinstance(node, SinkNodeDef):
-                lines.append(f"    Sink: {node.name} (topic: {node.topic})")
+                if node.topic_extractor is not None:  # as Kafka Streams prints a TopicNameExtractor
+                    lines.append(f"    Sink: {node.name} (extractor class: {extractor_name(node.topic_extractor)})")
+                else:
+                    lines.append(f"    Sink: {node.name} (topic: {node.topic})")
             elif isinstance(node, ProcessorNodeDef):
                 lines.append(f"    Processor: {node.name} (stores: [{', '.join(node.stores)}])")
             if node.children:

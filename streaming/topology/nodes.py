@@ -66,7 +66,28 @@ class GlobalStoreDef:
 
 @dataclass
 class SinkNodeDef(NodeDef):
+    """A sink: to the fixed ``topic``, or with a ``topic_extractor`` (a dynamic sink, ``topic`` ""), to the topic
+    ``topic_extractor(key, value, record_context)`` names for each record (Kafka Streams' ``TopicNameExtractor``)."""
+
     topic: str = ""
     key_serde: Serde[Any] | None = None
     value_serde: Serde[Any] | None = None
     partitioner: Partitioner | None = None
+    topic_extractor: Callable[[Any, Any, Any], str] | None = None
+
+    @property
+    def is_dynamic(self) -> bool:
+        """Whether the topic is chosen per record (no fixed topic: the topology's ``sink_topics`` leave it out)."""
+        return self.topic_extractor is not None
+
+
+def extractor_name(extractor: Any) -> str:
+    """How ``describe()`` names a topic name extractor: ``module.qualname`` of a function (or of a callable
+    object's class), or the object's own ``str()`` when its class defines one (as Kafka Streams prints the
+    extractor's ``toString()``)."""
+    cls = type(extractor)
+    if not hasattr(extractor, "__qualname__") and (cls.__str__ is not object.__str__
+                                                   or cls.__repr__ is not object.__repr__):
+        return str(extractor)
+    named = extractor if hasattr(extractor, "__qualname__") else cls
+    return f"{getattr(named, '__module__', '?')}.{named.__qualname__}"

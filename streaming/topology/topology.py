@@ -9,6 +9,7 @@ from typing import Any
 
 from streaming.errors import TopologyError
 from streaming.naming import check_store_name
+from streaming.processor.api import TopicNameExtractor
 from streaming.serdes import Serde
 from streaming.state.stores import StoreBuilder
 from streaming.timestamps import TimestampExtractor, resolve_extractor
@@ -34,6 +35,9 @@ class Subtopology:
     source_topics: tuple[str, ...]
     sink_topics: tuple[str, ...]
     stores: tuple[str, ...]
+    dynamic_sinks: tuple[str, ...] = ()
+    """Sinks whose topic a topic name extractor chooses per record: not in ``sink_topics`` (see
+    :meth:`Topology.add_sink`)."""
 
     def source_for(self, topic: str) -> SourceNodeDef:
         for node in self.nodes:
@@ -119,15 +123,27 @@ class Topology:
         self._add(ProcessorNodeDef(name, operator=operator), parent_names)
         return self
 
-    def add_sink(self, name: str, topic: str, *parent_names: str, key_serde: Serde[Any] | None = None,
-                 value_serde: Serde[Any] | None = None, partitioner: Partitioner | None = None,
-                 internal: bool = False) -> Topology:
+    def add_sink(self, name: str, topic: str | TopicNameExtractor, *parent_names: str,
+                 key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None,
+                 partitioner: Partitioner | None = None, internal: bool = False) -> Topology:
         """A sink node writing to ``topic``. ``partitioner(topic, key, value, n)`` may pick the partition.
-        ``internal=True``: a runtime-owned topic, as in :meth:`add_source`."""
-        if not isinstance(topic, str) or not topic:
-            raise TopologyError(f"sink {name!r}: topic must be a non-empty string, got {topic!r}")
+        ``internal=True``: a runtime-owned topic, as in :meth:`add_source`.
+
+        ``topic`` may be a topic name extractor instead (a dynamic sink, Kafka Streams' ``TopicNameExtractor``):
+        ``topic(key, value, record_context) -> str`` names each record's topic, which must exist (see
+        ``KStream.to`` for what happens when it does not). A dynamic sink writes outputs only: it has no fixed
+        topic, so :attr:`sink_topics` leaves it out (:attr:`dynamic_sinks` names it), start-up cannot check its
+        topics, and it may not write a topic the application reads or owns (checked per record)."""
+        extractor = None
+        if callable(topic) and not isinstance(topic, str):
+            if internal:
+                raise TopologyError(f"sink {name!r}: an internal topic cannot be chosen by a topic name extractor")
+            extractor, topic = topic, ""
+        elif not isinstance(topic, str) or not topic:
+            raise TopologyError(f"sink {name!r}: topic must be a non-empty string or a topic name extractor "
+                                f"(key, value, record_context) -> str, got {topic!r}")
         self._add(SinkNodeDef(name, topic=topic, key_serde=key_serde, value_serde=value_serde,
-                              partitioner=partitioner), parent_names)
+                              partitioner=partitioner, topic_extractor=extractor), parent_names)
         if internal:
             self._internal_topics.add(topic)
         return self
@@ -151,7 +167,7 @@ class Topology:
         for node in self._nodes.values():
             if isinstance(node, SourceNodeDef):
                 node.topics = [physical(t) for t in node.topics]
-            elif isinstance(node, SinkNodeDef):
+            elif isinstance(node, SinkNodeDef) and not node.is_dynamic:
                 node.topic = physical(node.topic)
         for store in self._global_stores.values():
             store.topic = generations.physical(store.topic)
@@ -313,8 +329,14 @@ class Topology:
 
     @property
     def sink_topics(self) -> list[str]:
-        """Topics written by sinks, internal topics included."""
-        return sorted({n.topic for n in self._nodes.values() if isinstance(n, SinkNodeDef)})
+        """Topics written by sinks with a fixed topic, internal topics included (a dynamic sink's topics are known
+        only per record: see :attr:`dynamic_sinks`)."""
+        return sorted({n.topic for n in self._nodes.values() if isinstance(n, SinkNodeDef) and not n.is_dynamic})
+
+    @property
+    def dynamic_sinks(self) -> list[str]:
+        """The names of the sinks whose topic a topic name extractor chooses per record (:meth:`add_sink`)."""
+        return [n.name for n in self._nodes.values() if isinstance(n, SinkNodeDef) and n.is_dynamic]
 
     def subtopologies(self) -> list[Subtopology]:
         """The sub-topologies, numbered in the order their first node was added."""
@@ -358,8 +380,9 @@ class Topology:
             result.append(Subtopology(
                 id=index, nodes=tuple(nodes),
                 source_topics=tuple(t for s in sources for t in s.topics),
-                sink_topics=tuple(sorted({n.topic for n in nodes if isinstance(n, SinkNodeDef)})),
-                stores=tuple(sorted({s for n in nodes if isinstance(n, ProcessorNodeDef) for s in n.stores}))))
+                sink_topics=tuple(sorted({n.topic for n in nodes if isinstance(n, SinkNodeDef) and not n.is_dynamic})),
+                stores=tuple(sorted({s for n in nodes if isinstance(n, ProcessorNodeDef) for s in n.stores})),
+                dynamic_sinks=tuple(n.name for n in nodes if isinstance(n, SinkNodeDef) and n.is_dynamic)))
         return result
 
     def describe(self) -> TopologyDescription:
