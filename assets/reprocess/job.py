@@ -687,14 +687,18 @@ class OutputContext:
 def _write_output_files(spark: SparkSession, run_dir: Path, context: OutputContext) -> list[dict[str, Any]]:
     """The outputs' Spark job: per topic partition the stages' tasks wrote to, its records of every day merged,
     numbered and written with pyarrow on an executor (:func:`write_output_partition`) under ``context.together``.
-    Returns what each partition wrote per day."""
+    Returns what each partition wrote per day.
+
+    One Spark partition per topic partition, the largest (by the bytes the tasks left for it) first, so the cores
+    share the work as they free up: the partitions of a run's topics differ in size by orders of magnitude, and
+    contiguous slices of them kept one core busy for seconds after the other had finished."""
     out = run_dir / OUT
-    groups = sorted((topic.name, int(partition.name)) for topic in (out.iterdir() if out.is_dir() else [])
-                    for partition in topic.iterdir())
-    if not groups or not context.dates:
+    sizes = {(topic.name, int(partition.name)): sum(file.stat().st_size for file in partition.iterdir())
+             for topic in (out.iterdir() if out.is_dir() else []) for partition in topic.iterdir()}
+    if not sizes or not context.dates:
         return []
-    sc = spark.sparkContext
-    return sc.parallelize(groups, min(len(groups), max(1, sc.defaultParallelism))).flatMap(
+    groups = sorted(sizes, key=lambda tp: (-sizes[tp], tp))
+    return spark.sparkContext.parallelize(groups, len(groups)).flatMap(
         partial(write_output_partition, context)).collect()
 
 
