@@ -171,6 +171,7 @@ def run_batch(platform_path: Path, spark_conf: Path, root: Path, cores: int) -> 
 def run_reference(platform_path: Path, root: Path) -> list[float]:
     """The days again with no Spark (``streaming.batch.run_day``), in this process, from the inputs the Spark run
     under ``root`` took; the seconds of each day's ``run_day``."""
+    from assets.reprocess.inputs import replayed_records
     from assets.reprocess.job import check_app, prepare_day
     from streaming.batch import run_day
     from streaming.batch.day import DayState
@@ -179,9 +180,10 @@ def run_reference(platform_path: Path, root: Path) -> list[float]:
     checked = check_app(spec, O.APP)
     state, seconds = DayState(), []
     for day in DAYS:
-        prepared = prepare_day(spec, O.APP, day, checked=checked)
+        replayed = prepare_day(spec, O.APP, day, checked=checked).replayed
+        records = replayed_records(spec.archive.root(), [replayed], replayed.ranges)[0]
         t0 = time.monotonic()
-        state = run_day(checked.plan, checked.settings, prepared.replayed.records, state, spec.reprocess.chunk).state
+        state = run_day(checked.plan, checked.settings, records, state, spec.reprocess.chunk).state
         seconds.append(time.monotonic() - t0)
     return seconds
 
