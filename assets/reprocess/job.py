@@ -52,7 +52,6 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -683,17 +682,24 @@ def _write_output_files(spark: SparkSession, run_dir: Path, context: OutputConte
     numbered and written with pyarrow on an executor (:func:`write_output_partition`) under ``context.together``.
     Returns what each partition wrote per day.
 
-    One Spark partition per topic partition, the largest (by the bytes the tasks left for it) first, so the cores
-    share the work as they free up: the partitions of a run's topics differ in size by orders of magnitude, and
-    contiguous slices of them kept one core busy for seconds after the other had finished."""
+    One Spark partition per core, each given topic partitions of about the same total size (by the bytes the tasks
+    left for them, the largest first to the least loaded): the partitions of a run's topics differ in size by orders
+    of magnitude, so contiguous slices of them kept one core busy for seconds after the other had finished, and a
+    Spark task per topic partition costs ~50 ms each on a core."""
     out = run_dir / OUT
     sizes = {(topic.name, int(partition.name)): sum(file.stat().st_size for file in partition.iterdir())
              for topic in (out.iterdir() if out.is_dir() else []) for partition in topic.iterdir()}
     if not sizes or not context.dates:
         return []
-    groups = sorted(sizes, key=lambda tp: (-sizes[tp], tp))
-    return spark.sparkContext.parallelize(groups, len(groups)).flatMap(
-        partial(write_output_partition, context)).collect()
+    sc = spark.sparkContext
+    slices: list[list[TopicPartition]] = [[] for _ in range(min(len(sizes), max(1, sc.defaultParallelism)))]
+    loads = [0] * len(slices)
+    for tp in sorted(sizes, key=lambda tp: (-sizes[tp], tp)):
+        least = loads.index(min(loads))
+        slices[least].append(tp)
+        loads[least] += sizes[tp]
+    return sc.parallelize(slices, len(slices)).flatMap(
+        lambda tps: [written for tp in tps for written in write_output_partition(context, tp)]).collect()
 
 
 def _publish_outputs(root: Path, app_name: str, topics: dict[str, TopicSpec], together: dict[str, Path],
