@@ -186,14 +186,23 @@ def _manifests(root: Path, topic: str, day: date, shown: str, frontier: int) -> 
 def _archived(root: Path, topic: str, days: list[date], columns: list[str],
               partitions: list[int] | None = None) -> Iterator[Any]:
     """``columns`` of the records of ``days``' archives of ``topic`` (of ``partitions`` only, when given), one
-    pyarrow table per day that has records."""
-    import pyarrow.dataset as ds
+    pyarrow table per data file. Each file is read by itself (the files Spark leaves beside them, ``_SUCCESS`` and
+    ``.crc``, skipped as a dataset would): a Spark Python worker then needs no ``pyarrow.dataset``, which takes as
+    long to import as its task takes to read the files."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
     for archived in days:
         path = raw_dir(root, topic, archived)
-        if path.is_dir():  # a day with no records has none
-            yield ds.dataset(path, format="parquet").to_table(
-                columns=columns, filter=None if partitions is None else ds.field("partition").isin(partitions))
+        for file in sorted(path.iterdir()) if path.is_dir() else []:  # a day with no records has no directory
+            if file.name.startswith(("_", ".")):
+                continue
+            table = pq.ParquetFile(file).read(columns=columns)
+            if partitions is not None:
+                column = table.column("partition")
+                table = table.filter(pc.is_in(column, pa.array(partitions, column.type)))
+            yield table
 
 
 def _positions(root: Path, topic: str, days: list[date]) -> dict[int, list[_Position]]:
