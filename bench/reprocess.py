@@ -26,8 +26,8 @@ finals) depend on timing live, and are compared only as counts (shown, not faile
 does not depend on timing differs; the speed target (batch on 2 cores at least as fast as the live workers) is
 printed, and fails the exit code (3) only with ``--strict``, as in the other benches.
 
-    .venv/bin/python bench/reprocess.py                                   # ~5 min
-    .venv/bin/python bench/reprocess.py --orders 10000 --workers 1 --cores 2   # quick: ~2 min
+    .venv/bin/python bench/reprocess.py                                   # 4-6 min
+    .venv/bin/python bench/reprocess.py --orders 10000 --workers 1 --cores 2   # quick, 2-3 min
 """
 
 from __future__ import annotations
