@@ -1,9 +1,9 @@
 """Batch reprocessing throughput of the orders pipeline beside the live workers' on the same input, same run.
 
-Workload: ``--orders`` generated orders (default 30,000) spread over three days and the first hours of a fourth,
-with the generator and defects of ``tests/integration/test_reprocess_equals_live.py`` (10% out of order, 2% 2.5 h
-late, 5% duplicates, 5% invalid), 2,000 users and 200 items, all loaded into the embedded broker before anything
-runs.
+Workload: ``--orders`` generated orders (default 100,000: days of 32,000-36,000 records) spread over three days and
+the first hours of a fourth, with the generator and defects of ``tests/integration/test_reprocess_equals_live.py``
+(10% out of order, 2% 2.5 h late, 5% duplicates, 5% invalid), 2,000 users and 200 items, all loaded into the
+embedded broker before anything runs.
 In one run:
 
 * live   -- ``--workers`` (default 2) ``brook worker run`` processes of ``apps.orders:topology`` read the backlog.
@@ -12,7 +12,7 @@ In one run:
 * archive -- the input topics archived day by day through the ``archive/<topic>`` assets (not timed).
 * batch  -- the three days reprocessed in order (``assets.reprocess.job.reprocess_days``, what a backfill runs) in
   Spark ``local[1]``, then ``local[2]``: each in its own spawned process (its own JVM and SparkSession) with its
-  own reprocess root, so each starts from empty state. Time: ``reprocess_days`` (every day's input read from the
+  own reprocess root, so each starts from empty state. Time: ``reprocess_days`` (every day's input chosen from the
   archive, the Spark stages of all the days, outputs and state written; the SparkSession start is shown apart); per
   day the CPU seconds of its tasks (the days run in one set of stages, so a day has no wall time of its own).
 * reference -- the same three days in this process with no Spark (``streaming.batch.run_day``, the same task code),
@@ -26,8 +26,8 @@ finals) depend on timing live, and are compared only as counts (shown, not faile
 does not depend on timing differs; the speed target (batch on 2 cores at least as fast as the live workers) is
 printed, and fails the exit code (3) only with ``--strict``, as in the other benches.
 
-    .venv/bin/python bench/reprocess.py
-    .venv/bin/python bench/reprocess.py --orders 5000 --workers 1
+    .venv/bin/python bench/reprocess.py                                   # 4-6 min
+    .venv/bin/python bench/reprocess.py --orders 10000 --workers 1 --cores 2   # quick, 2-3 min
 """
 
 from __future__ import annotations
@@ -171,6 +171,7 @@ def run_batch(platform_path: Path, spark_conf: Path, root: Path, cores: int) -> 
 def run_reference(platform_path: Path, root: Path) -> list[float]:
     """The days again with no Spark (``streaming.batch.run_day``), in this process, from the inputs the Spark run
     under ``root`` took; the seconds of each day's ``run_day``."""
+    from assets.reprocess.inputs import replayed_records
     from assets.reprocess.job import check_app, prepare_day
     from streaming.batch import run_day
     from streaming.batch.day import DayState
@@ -179,9 +180,10 @@ def run_reference(platform_path: Path, root: Path) -> list[float]:
     checked = check_app(spec, O.APP)
     state, seconds = DayState(), []
     for day in DAYS:
-        prepared = prepare_day(spec, O.APP, day, checked=checked)
+        replayed = prepare_day(spec, O.APP, day, checked=checked).replayed
+        records = replayed_records(spec.archive.root(), [replayed], replayed.ranges)[0]
         t0 = time.monotonic()
-        state = run_day(checked.plan, checked.settings, prepared.replayed.records, state, spec.reprocess.chunk).state
+        state = run_day(checked.plan, checked.settings, records, state, spec.reprocess.chunk).state
         seconds.append(time.monotonic() - t0)
     return seconds
 
@@ -244,7 +246,7 @@ def report(live: LiveRun, live_records: int, batches: list[dict[str, Any]], refe
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--orders", type=int, default=30_000, help="orders over the three days and the tail")
+    parser.add_argument("--orders", type=int, default=100_000, help="orders over the three days and the tail")
     parser.add_argument("--workers", type=int, default=2, help="live worker processes")
     parser.add_argument("--cores", type=int, nargs="+", default=[1, 2], help="Spark local[N] runs, in order")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="a Streams setting for the workers")

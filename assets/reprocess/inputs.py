@@ -1,6 +1,10 @@
 """A day's input for a batch run, taken back from the archive: every input partition's records from where the
 previous day's run stopped to the day's frontier (:func:`streaming.batch.select_day`).
 
+The driver decides which records a day replays (:func:`day_input`) from their offsets and timestamps alone; the
+records themselves are read where they are replayed (:func:`replayed_records`: in a Spark run, by the task of their
+partitions, on an executor), so no record goes through the driver.
+
 The frontier is the day's end plus the largest disorder bound of the app's inputs (M). The records a day's run
 needs have timestamps from the day's start (each partition's previous run stopped at its first record at or past
 the previous frontier, and no record after that is more than M behind it) to the frontier, so with M under half
@@ -17,17 +21,19 @@ of the day, the day before and the day after).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from assets.archive.layout import day_dir, raw_dir, read_manifest
 from streaming.batch import BatchRecord, select_day
 
-__all__ = ["DAY_MS", "DayInput", "ReprocessInputError", "check_archived", "day_input", "day_start_ms", "frontier_of"]
+__all__ = ["DAY_MS", "DayInput", "ReprocessInputError", "check_archived", "day_input", "day_start_ms", "frontier_of",
+           "replayed_records"]
 
 DAY_MS = 86_400_000
 TopicPartition = tuple[str, int]
@@ -39,16 +45,30 @@ class ReprocessInputError(ValueError):
 
 @dataclass(frozen=True)
 class DayInput:
-    """What a day's run replays: per input partition its records, where each stopped, and the frontier."""
+    """What a day's run replays: per input partition the offsets of its records (from the first, up to, not
+    including, where the partition stopped) and how many they are, the frontier, and per topic the archive days that
+    hold them (:func:`replayed_records` reads them)."""
 
-    records: dict[TopicPartition, list[BatchRecord]]
-    stops: dict[TopicPartition, int]
+    ranges: dict[TopicPartition, tuple[int, int]]
+    counts: dict[TopicPartition, int]
     frontier: int
     days_read: dict[str, list[str]]
 
     @property
+    def stops(self) -> dict[TopicPartition, int]:
+        """Where each partition stopped: the offset the next day's run starts it from."""
+        return {tp: stop for tp, (_, stop) in self.ranges.items()}
+
+    @property
     def count(self) -> int:
-        return sum(len(records) for records in self.records.values())
+        return sum(self.counts.values())
+
+
+class _Position(NamedTuple):
+    """Where a record is in its partition and in time: all :func:`day_input` needs to choose a day's records."""
+
+    offset: int
+    timestamp: int
 
 
 def day_start_ms(day: date) -> int:
@@ -62,7 +82,8 @@ def frontier_of(day: date, bound_minutes: int) -> int:
 
 def day_input(archive_root: Path, partitions: Mapping[str, int], day: date, bound_minutes: int,
               starts: Mapping[TopicPartition, int] | None, start_date: date | None = None) -> DayInput:
-    """The records of ``day``'s run for the topics of ``partitions`` (topic -> partition count).
+    """Which records ``day``'s run replays for the topics of ``partitions`` (topic -> partition count), chosen from
+    the archived records' offsets and timestamps.
 
     ``starts``: where the previous day's run stopped each partition (None: the first day). ``bound_minutes``: the
     largest disorder bound of the topics. ``start_date``: the archive's first day (what a refusal suggests).
@@ -71,22 +92,44 @@ def day_input(archive_root: Path, partitions: Mapping[str, int], day: date, boun
         ReprocessInputError: see the module doc.
     """
     frontier, shown = _frontier(day, bound_minutes)
-    records: dict[TopicPartition, list[BatchRecord]] = {}
+    positions: dict[TopicPartition, list[_Position]] = {}
     chosen_starts: dict[TopicPartition, int] = dict(starts or {})
     days_read: dict[str, list[str]] = {}
     for topic, count in sorted(partitions.items()):
         manifests = _manifests(archive_root, topic, day, shown, frontier)
         days_read[topic] = [d.isoformat() for d in sorted(manifests)]
-        by_partition = _raw_records(archive_root, topic, sorted(manifests))
+        by_partition = _positions(archive_root, topic, sorted(manifests))
         _check_counts(topic, day, manifests, by_partition, start_date)
         ranges = manifests[day]["partitions"]
         for partition in range(count):
             tp = (topic, partition)
             if starts is None:
                 chosen_starts[tp] = ranges[str(partition)]["start"] if str(partition) in ranges else 0
-            records[tp] = by_partition.get(partition, [])
-    selected, stops = select_day(records, frontier, chosen_starts)
-    return DayInput(selected, stops, frontier, days_read)
+            positions[tp] = by_partition.get(partition, [])
+    selected, stops = select_day(positions, frontier, chosen_starts)
+    # select_day takes a run of consecutive records: those from its first one's offset to the stop
+    return DayInput({tp: (chosen[0].offset if chosen else stops[tp], stops[tp]) for tp, chosen in selected.items()},
+                    {tp: len(chosen) for tp, chosen in selected.items()}, frontier, days_read)
+
+
+def replayed_records(archive_root: Path, days: list[DayInput], partitions: Iterable[TopicPartition]
+                     ) -> list[dict[TopicPartition, list[BatchRecord]]]:
+    """The records ``days`` (consecutive days of a run) replay on ``partitions``, per day and partition, in offset
+    order: each topic's archives read once for all the days."""
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for topic, partition in sorted(set(partitions)):
+        by_topic[topic].append(partition)
+    replayed: list[dict[TopicPartition, list[BatchRecord]]] = [{} for _ in days]
+    for topic, topic_partitions in by_topic.items():
+        archived = sorted({d for day in days for d in day.days_read[topic]})
+        by_partition = _raw_records(archive_root, topic, [date.fromisoformat(d) for d in archived], topic_partitions)
+        for partition in topic_partitions:
+            records = by_partition.get(partition, [])
+            offsets = [r.offset for r in records]
+            for index, day in enumerate(days):
+                first, stop = day.ranges[(topic, partition)]
+                replayed[index][(topic, partition)] = records[bisect_left(offsets, first):bisect_left(offsets, stop)]
+    return replayed
 
 
 def _frontier(day: date, bound_minutes: int) -> tuple[int, str]:
@@ -140,17 +183,45 @@ def _manifests(root: Path, topic: str, day: date, shown: str, frontier: int) -> 
     return found
 
 
-def _raw_records(root: Path, topic: str, days: list[date]) -> dict[int, list[BatchRecord]]:
-    """Every record of ``days``' archives of ``topic``, per partition, in offset order."""
-    import pyarrow.dataset as ds
+def _archived(root: Path, topic: str, days: list[date], columns: list[str],
+              partitions: list[int] | None = None) -> Iterator[Any]:
+    """``columns`` of the records of ``days``' archives of ``topic`` (of ``partitions`` only, when given), one
+    pyarrow table per data file. Each file is read by itself (the files Spark leaves beside them, ``_SUCCESS`` and
+    ``.crc``, skipped as a dataset would): a Spark Python worker then needs no ``pyarrow.dataset``, which takes as
+    long to import as its task takes to read the files."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
-    by_partition: dict[int, list[BatchRecord]] = defaultdict(list)
     for archived in days:
         path = raw_dir(root, topic, archived)
-        if not path.is_dir():
-            continue  # a day with no records
-        table = ds.dataset(path, format="parquet").to_table(
-            columns=["partition", "offset", "timestamp", "key", "value", "headers"])
+        for file in sorted(path.iterdir()) if path.is_dir() else []:  # a day with no records has no directory
+            if file.name.startswith(("_", ".")):
+                continue
+            table = pq.ParquetFile(file).read(columns=columns)
+            if partitions is not None:
+                column = table.column("partition")
+                table = table.filter(pc.is_in(column, pa.array(partitions, column.type)))
+            yield table
+
+
+def _positions(root: Path, topic: str, days: list[date]) -> dict[int, list[_Position]]:
+    """Where every record of ``days``' archives of ``topic`` is, per partition, in offset order."""
+    by_partition: dict[int, list[_Position]] = defaultdict(list)
+    for table in _archived(root, topic, days, ["partition", "offset", "timestamp"]):
+        for partition, offset, micros in zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),
+                                             table.column("timestamp").cast("int64").to_pylist(), strict=True):
+            by_partition[partition].append(_Position(offset, micros // 1000))
+    for partition_positions in by_partition.values():
+        partition_positions.sort()
+    return by_partition
+
+
+def _raw_records(root: Path, topic: str, days: list[date], partitions: list[int]) -> dict[int, list[BatchRecord]]:
+    """Every record of ``partitions`` in ``days``' archives of ``topic``, per partition, in offset order."""
+    by_partition: dict[int, list[BatchRecord]] = defaultdict(list)
+    for table in _archived(root, topic, days, ["partition", "offset", "timestamp", "key", "value", "headers"],
+                           partitions):
         micros = table.column("timestamp").cast("int64").to_pylist()
         for partition, offset, ts, key, value, headers in zip(
                 table.column("partition").to_pylist(), table.column("offset").to_pylist(), micros,
@@ -165,7 +236,7 @@ def _raw_records(root: Path, topic: str, days: list[date]) -> dict[int, list[Bat
 
 
 def _check_counts(topic: str, day: date, manifests: dict[date, dict[str, Any]],
-                  by_partition: dict[int, list[BatchRecord]], start_date: date | None) -> None:
+                  by_partition: dict[int, list[_Position]], start_date: date | None) -> None:
     """Per partition, the records of the day's offset range found in the archives read must be as many as the
     archive of the day read from Kafka."""
     for key, report in sorted(manifests[day]["partitions"].items()):

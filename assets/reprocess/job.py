@@ -12,12 +12,13 @@ order in one Spark session, checking the whole range first (:func:`check_days`),
    (:class:`~assets.reprocess.state.ReprocessStateError`), a day's input
    the archive cannot give (:class:`~assets.reprocess.inputs.ReprocessInputError`: no archive, archived too early),
    and with ``publish: true`` a missing target topic (:class:`~assets.reprocess.publish.PublishError`).
-2. **Each day's input**, on the driver: per input partition, the archived records from where the previous day's
-   run stopped to the day's frontier (:mod:`assets.reprocess.inputs`).
+2. **Each day's input**, on the driver: per input partition, which archived records the day replays, from where the
+   previous day's run stopped to the day's frontier, chosen from their offsets and timestamps
+   (:mod:`assets.reprocess.inputs`).
 3. **The stages** (:attr:`streaming.batch.BatchPlan.stages`), once for all the days of the run, one Spark job
-   each: every task of the sub-topology is one Spark partition, which gets the replayed records of its input
-   partitions (shipped from the driver, one slice per task) and what the upstream stages' tasks sent to its fed
-   partitions, each tagged with its day, and runs :func:`streaming.batch.run_task` day after day: the first day from
+   each: every task of the sub-topology is one Spark partition, which reads the replayed records of its input
+   partitions from the archive itself (no record goes through the driver) and what the upstream stages' tasks sent
+   to its fed partitions, and runs :func:`streaming.batch.run_task` day after day: the first day from
    the state the previous run left — its stores from the batch's own snapshots, read on the executor — each next
    day from the state the day before handed on, in memory, as separate runs would read it back. Each day's store
    rows are written as that day's snapshot, on the executor. What a task sends (to a fed topic's reader, or out)
@@ -48,11 +49,9 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
-from functools import partial
-from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,7 +72,7 @@ from assets.archive.decode import (
 from assets.archive.layout import RAW_DIR, UNDECODABLE_DIR
 from assets.archive.writer import discard_staging, publish_day, recover_day, staging_dir
 from assets.platform_spec import AppSpec, PlatformSpec, TopicSpec
-from assets.reprocess.inputs import DayInput, ReprocessInputError, check_archived, day_input
+from assets.reprocess.inputs import DayInput, ReprocessInputError, check_archived, day_input, replayed_records
 from assets.reprocess.publish import PublishError, check_targets, publish_outputs
 from assets.reprocess.state import (
     BATCH_GENERATION,
@@ -118,7 +117,8 @@ RECORDS_DIR = "records"
 @dataclass(frozen=True)
 class StageContext:
     """What every Spark partition of one stage needs (shipped with the function): the state the run starts from
-    (``previous_tasks``, ``fed_offsets``, ``previous_snapshots``), and one snapshot id per day of the run."""
+    (``previous_tasks``, ``fed_offsets``, ``previous_snapshots``), and per day of the run its snapshot id and which
+    archived records it replays (``inputs``, read from the archive under ``archive_root``)."""
 
     app_name: str
     app: AppSpec
@@ -130,6 +130,8 @@ class StageContext:
     previous_snapshots: dict[str, SnapshotManifest]
     location: str
     snapshot_ids: tuple[str, ...]
+    inputs: tuple[DayInput, ...]
+    archive_root: str
     chunk: int
     run_dir: str
     """Where the run's tasks leave what they send (see :func:`_run_stages`)."""
@@ -379,7 +381,7 @@ def run_days_on_spark(spark: SparkSession, days: list[PreparedDay]) -> list[Repr
     """
     first = days[0]
     spec, app_name, plan, previous = first.spec, first.app_name, first.plan, first.previous
-    assert spec.reprocess is not None
+    assert spec.archive is not None and spec.reprocess is not None
     if [d.day for d in days] != day_range(first.day, days[-1].day):
         raise ValueError(f"the days of a run must follow each other: {[d.day.isoformat() for d in days]}")
     root = spec.reprocess.root()
@@ -398,9 +400,10 @@ def run_days_on_spark(spark: SparkSession, days: list[PreparedDay]) -> list[Repr
     context = StageContext(app_name, spec.apps[app_name], first.settings, plan.partition_counts, -1,
                            {task: state.to_json() for task, state in (previous.tasks if previous else {}).items()},
                            dict(previous.next_offsets) if previous else {}, first.previous_snapshots, location, ids,
-                           spec.reprocess.chunk, str(run_dir))
+                           tuple(d.replayed for d in days), str(spec.archive.root()), spec.reprocess.chunk,
+                           str(run_dir))
     try:
-        summaries = _run_stages(spark, plan, context, [d.replayed for d in days])
+        summaries = _run_stages(spark, plan, context)
         failed = min((s for s in summaries if "error" in s), key=lambda s: s["day"], default=None)
         finished = days if failed is None else days[:failed["day"]]
         written = _write_output_files(spark, run_dir, OutputContext(
@@ -455,28 +458,22 @@ def run_days_on_spark(spark: SparkSession, days: list[PreparedDay]) -> list[Repr
 
 # -- the stages -------------------------------------------------------------------------------------------------
 
-def _run_stages(spark: SparkSession, plan: BatchPlan, context: StageContext, replayed: list[DayInput]
-                ) -> list[dict[str, Any]]:
+def _run_stages(spark: SparkSession, plan: BatchPlan, context: StageContext) -> list[dict[str, Any]]:
     """Every stage once for all the days, in order, one Spark job each; returns the tasks' summaries (one per task and
-    day). A stage's tasks get their replayed records from the driver (one slice per task) and what the upstream
-    stages' tasks sent to their fed partitions from the run's directory, where each task leaves what it sends
-    (:func:`run_stage_partition`): the stages exchange records through files, not through Spark's shuffles, which
-    would pickle each record three more times. A day that failed in a stage is not run by the later stages (nor are
-    the days after it)."""
+    day). A stage's tasks read their replayed records from the archive and what the upstream stages' tasks sent to
+    their fed partitions from the run's directory, where each task leaves what it sends (:func:`run_stage_partition`):
+    no record goes through the driver, and the stages exchange records through files, not through Spark's shuffles,
+    which would pickle each record three more times. A day that failed in a stage is not run by the later stages (nor
+    are the days after it)."""
     sc = spark.sparkContext
     summaries: list[dict[str, Any]] = []
-    days = len(replayed)
+    days = len(context.snapshot_ids)
     for sub in plan.stages:
-        sources, tasks = set(sub.source_topics), len(plan.tasks[sub.id])
-        external: list[list[tuple[int, BatchRecord]]] = [[] for _ in range(tasks)]
-        for index, day in enumerate(replayed[:days]):
-            for (topic, partition), records in sorted(day.records.items()):
-                if topic in sources:
-                    external[partition].extend((index, record) for record in records)
-        stage = replace(context, subtopology=sub.id, snapshot_ids=context.snapshot_ids[:days])
-        summaries.extend(sc.parallelize(external, tasks).mapPartitionsWithIndex(
-            lambda partition, lists, stage=stage: run_stage_partition(stage, partition, chain.from_iterable(lists)))
-            .collect())
+        tasks = len(plan.tasks[sub.id])
+        stage = replace(context, subtopology=sub.id, snapshot_ids=context.snapshot_ids[:days],
+                        inputs=context.inputs[:days])
+        summaries.extend(sc.parallelize(range(tasks), tasks).mapPartitionsWithIndex(
+            lambda partition, _, stage=stage: run_stage_partition(stage, partition)).collect())
         days = min([days, *(s["day"] for s in summaries if "error" in s)])
     return summaries
 
@@ -503,20 +500,18 @@ def _spilled(run_dir: str, kind: str, tp: TopicPartition) -> Iterator[tuple[int,
             yield from pickle.load(file)
 
 
-def run_stage_partition(context: StageContext, partition: int, rows: Iterable[tuple[int, BatchRecord]]
-                        ) -> Iterator[dict[str, Any]]:
-    """One task of a stage, on an executor, for every day of the run in order: its replayed records in (tagged with
-    their day's index), its fed partitions' records from the upstream tasks' files; what it sends is left in the
-    run's directory (see :func:`_run_stages`), and it yields one summary per day. A day that fails ends the task with
-    a summary naming the error (the driver finishes the days before it)."""
+def run_stage_partition(context: StageContext, partition: int) -> Iterator[dict[str, Any]]:
+    """One task of a stage, on an executor, for every day of the run in order: its replayed records read from the
+    archive (:func:`assets.reprocess.inputs.replayed_records`), its fed partitions' records from the upstream tasks'
+    files; what it sends is left in the run's directory (see :func:`_run_stages`), and it yields one summary per day.
+    A day that fails ends the task with a summary naming the error (the driver finishes the days before it)."""
     _freeze_worker_heap()
     plan = _plan(context.app_name, context.app, context.partition_counts)
     spec = plan.tasks[context.subtopology][partition]
     days = len(context.snapshot_ids)
-    replayed: list[dict[TopicPartition, list[BatchRecord]]] = [defaultdict(list) for _ in range(days)]
+    replayed = replayed_records(Path(context.archive_root), list(context.inputs),
+                                [tp for tp in spec.source_partitions if tp[0] not in plan.fed_topics])
     fed: list[dict[TopicPartition, list[BatchOutput]]] = [defaultdict(list) for _ in range(days)]
-    for index, record in rows:
-        replayed[index][(record.topic, record.partition)].append(record)
     for tp in spec.source_partitions:
         if tp[0] in plan.fed_topics:
             for index, output in _spilled(context.run_dir, FED, tp):
@@ -533,8 +528,6 @@ def run_stage_partition(context: StageContext, partition: int, rows: Iterable[tu
     for index, snapshot in enumerate(context.snapshot_ids):
         started = time.process_time()
         try:
-            for records in replayed[index].values():
-                records.sort(key=lambda record: record.offset)
             inputs = task_inputs(plan, spec, replayed[index], fed[index], next_offsets)
             with tempfile.TemporaryDirectory(prefix="brook-reprocess-", dir=scratch_dir()) as state_dir:
                 result = run_task(plan, batch_config(context.settings, state_dir), spec, inputs, previous, store_rows,
@@ -687,15 +680,26 @@ class OutputContext:
 def _write_output_files(spark: SparkSession, run_dir: Path, context: OutputContext) -> list[dict[str, Any]]:
     """The outputs' Spark job: per topic partition the stages' tasks wrote to, its records of every day merged,
     numbered and written with pyarrow on an executor (:func:`write_output_partition`) under ``context.together``.
-    Returns what each partition wrote per day."""
+    Returns what each partition wrote per day.
+
+    One Spark partition per core, each given topic partitions of about the same total size (by the bytes the tasks
+    left for them, the largest first to the least loaded): the partitions of a run's topics differ in size by orders
+    of magnitude, so contiguous slices of them kept one core busy for seconds after the other had finished, and a
+    Spark task per topic partition costs ~50 ms each on a core."""
     out = run_dir / OUT
-    groups = sorted((topic.name, int(partition.name)) for topic in (out.iterdir() if out.is_dir() else [])
-                    for partition in topic.iterdir())
-    if not groups or not context.dates:
+    sizes = {(topic.name, int(partition.name)): sum(file.stat().st_size for file in partition.iterdir())
+             for topic in (out.iterdir() if out.is_dir() else []) for partition in topic.iterdir()}
+    if not sizes or not context.dates:
         return []
     sc = spark.sparkContext
-    return sc.parallelize(groups, min(len(groups), max(1, sc.defaultParallelism))).flatMap(
-        partial(write_output_partition, context)).collect()
+    slices: list[list[TopicPartition]] = [[] for _ in range(min(len(sizes), max(1, sc.defaultParallelism)))]
+    loads = [0] * len(slices)
+    for tp in sorted(sizes, key=lambda tp: (-sizes[tp], tp)):
+        least = loads.index(min(loads))
+        slices[least].append(tp)
+        loads[least] += sizes[tp]
+    return sc.parallelize(slices, len(slices)).flatMap(
+        lambda tps: [written for tp in tps for written in write_output_partition(context, tp)]).collect()
 
 
 def _publish_outputs(root: Path, app_name: str, topics: dict[str, TopicSpec], together: dict[str, Path],

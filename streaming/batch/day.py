@@ -22,7 +22,7 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from streaming.batch.merge import merge_partition
 from streaming.batch.plan import BatchPlan, TaskSpec
@@ -34,17 +34,29 @@ __all__ = ["DayResult", "DayState", "route", "run_day", "select_day", "task_inpu
 TopicPartition = tuple[str, int]
 
 
-def select_day(records: Mapping[TopicPartition, Sequence[BatchRecord]], frontier: int,
-               starts: Mapping[TopicPartition, int]) -> tuple[dict[TopicPartition, list[BatchRecord]],
-                                                               dict[TopicPartition, int]]:
+class Placed(Protocol):
+    """What :func:`select_day` reads of a record: its offset and timestamp (a :class:`BatchRecord` has them)."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def timestamp(self) -> int: ...
+
+
+R = TypeVar("R", bound=Placed)
+
+
+def select_day(records: Mapping[TopicPartition, Sequence[R]], frontier: int, starts: Mapping[TopicPartition, int]
+               ) -> tuple[dict[TopicPartition, list[R]], dict[TopicPartition, int]]:
     """Per partition, its records (in offset order) from offset ``starts[tp]`` (all, where ``starts`` has none) up to,
     not including, the first at or past ``frontier``; and where each partition stopped: that record's offset, or the
     offset after the last record when none is at or past the frontier (the partition ran out)."""
-    selected: dict[TopicPartition, list[BatchRecord]] = {}
+    selected: dict[TopicPartition, list[R]] = {}
     stops: dict[TopicPartition, int] = {}
     for tp, partition_records in records.items():
         start = starts.get(tp)
-        day: list[BatchRecord] = []
+        day: list[R] = []
         stop = start if start is not None else None
         for record in partition_records:
             if start is not None and record.offset < start:

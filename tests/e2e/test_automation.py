@@ -5,7 +5,7 @@ from datetime import UTC, date, datetime
 import dagster as dg
 import pytest
 
-from assets.archive import ARCHIVE_GROUP, archive_asset_key
+from assets.archive.keys import ARCHIVE_GROUP, archive_asset_key
 from assets.automation import automation_schedules, partitions_due
 from assets.compaction import COMPACTION_GROUP
 from assets.platform_spec import ArchiveSpec

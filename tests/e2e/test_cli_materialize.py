@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from apps.orders import ITEMS_TOPIC, LINES_TOPIC, ORDERS_TOPIC, REJECTED_TOPIC, USERS_TOPIC, topology
-from assets.archive import archive_asset_key
+from assets.archive.keys import archive_asset_key
 from assets.archive.layout import day_row_count
 from assets.platform_spec import load_platform_spec
 from streaming.admin import create_topics

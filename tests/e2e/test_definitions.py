@@ -125,7 +125,7 @@ def test_one_redaction_rule_for_the_resource_and_the_runtime() -> None:
 
 
 def test_definitions_archive_every_topic_with_checks_and_schedules() -> None:
-    from assets.archive import archive_asset_key
+    from assets.archive.keys import archive_asset_key
     from assets.definitions import defs
 
     spec = load_platform_spec(SPEC)

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from assets.archive import archive_asset_key, archive_partitions, partition_day
+from assets.archive.keys import archive_asset_key, archive_partitions, partition_day
 from assets.archive.layout import UNDECODABLE_DIR
 from assets.archive.schema import arrow_schema
 from assets.archive.writer import publish_day, staging_dir

@@ -13,7 +13,7 @@ import pytest
 
 from assets.archive.decode import HEADERS_TYPE
 from assets.archive.layout import RAW_DIR, day_dir
-from assets.reprocess.inputs import ReprocessInputError, day_input, day_start_ms, frontier_of
+from assets.reprocess.inputs import ReprocessInputError, day_input, day_start_ms, frontier_of, replayed_records
 from assets.reprocess.state import DayRecord, ReprocessStateError, previous_state, write_day_state
 from streaming.batch import TaskState
 
@@ -65,13 +65,15 @@ def test_a_day_runs_from_the_last_stop_to_each_partitions_first_record_at_or_pas
     three_days(tmp_path)
     first = day_input(tmp_path, {TOPIC: 1}, D1, BOUND, None)
     assert frontier_of(D1, BOUND) == at(D2, 60)
-    assert [r.offset for r in first.records[(TOPIC, 0)]] == [0, 1, 2, 3, 4, 5] and first.stops == {(TOPIC, 0): 6}
+    assert first.ranges == {(TOPIC, 0): (0, 6)} and first.stops == {(TOPIC, 0): 6} and first.count == 6
     second = day_input(tmp_path, {TOPIC: 1}, D2, BOUND, first.stops)
     # 10 is at the frontier (01:00 on the 16th): it and 11 (behind it) wait for the 16th's run
-    assert [r.offset for r in second.records[(TOPIC, 0)]] == [6, 7, 8, 9] and second.stops == {(TOPIC, 0): 10}
-    record = second.records[(TOPIC, 0)][1]
-    assert (record.timestamp, record.key, record.value, record.headers) == (at(D2, 1439), b"k7", b"v7", [("h", b"1")])
+    assert second.ranges == {(TOPIC, 0): (6, 10)} and second.stops == {(TOPIC, 0): 10} and second.count == 4
     assert second.days_read == {TOPIC: ["2023-11-14", "2023-11-15", "2023-11-16"]}
+    records = replayed_records(tmp_path, [first, second], [(TOPIC, 0)])
+    assert [[r.offset for r in day[(TOPIC, 0)]] for day in records] == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9]]
+    record = records[1][(TOPIC, 0)][1]
+    assert (record.timestamp, record.key, record.value, record.headers) == (at(D2, 1439), b"k7", b"v7", [("h", b"1")])
 
 
 def test_reprocessing_a_day_with_no_archive_of_it_or_the_next_is_refused(tmp_path: Path) -> None:
