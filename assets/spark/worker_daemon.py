@@ -22,6 +22,8 @@ PRELOADED = (
     "pyspark.sql.pandas.serializers",
     "pyspark.sql.worker.plan_data_source_read",
     "assets.spark.kafka_source",
+    "assets.archive.decode",
+    "assets.reprocess.job",
     "assets.scaling.migrate",
 )
 
