@@ -4,6 +4,13 @@
 ``Double()`` (8-byte IEEE 754) and ``Json()`` (orjson) read and write exactly what Kafka Streams'
 built-in serdes do, so topics are shared with JVM applications. ``None`` is always ``None`` both ways
 (a tombstone). User serdes subclass :class:`Serde` or come from :meth:`Serdes.from_functions`.
+
+Typed records: ``Serdes.Json(Order)`` reads JSON into a dataclass, ``msgspec.Struct`` or pydantic model
+(:mod:`streaming.typed_json`); ``Serdes.Avro(schema)`` writes schemaless Avro with an explicit schema
+(:mod:`streaming.avro`, ``pip install brook[avro]``); ``Serdes.SchemaRegistryAvro / SchemaRegistryProtobuf /
+SchemaRegistryJson`` use confluent-kafka's Schema Registry serializers (:mod:`streaming.schema_registry`,
+``pip install brook[schema-registry]``). A value a serde cannot read raises :class:`SerdeError` (any exception does
+the same job), which the runtime turns into a ``DeserializationError`` for the deserialization handler.
 """
 
 from __future__ import annotations
@@ -20,6 +27,15 @@ T = TypeVar("T")
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
 _DOUBLE = struct.Struct(">d")
+
+
+class SerdeError(ValueError):
+    """A serde cannot read (or write) a value; ``field`` is the path of the field at fault (``items[1].qty``), if
+    one is known. The runtime turns it, like any exception of a deserializer, into a ``DeserializationError``."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class Serde(Generic[T]):
@@ -82,7 +98,15 @@ class DoubleSerde(_StructSerde):
 
 
 class JsonSerde(Serde[Any]):
-    """JSON through orjson; ``loads`` accepts any JSON value."""
+    """JSON through orjson; ``loads`` accepts any JSON value. ``Serdes.Json(Order)`` (a type) makes a
+    :class:`~streaming.typed_json.TypedJsonSerde` instead, reading and writing ``Order`` objects."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is JsonSerde and (args or kwargs):
+            from streaming.typed_json import TypedJsonSerde
+
+            return TypedJsonSerde(*args, **kwargs)
+        return super().__new__(cls)
 
     def serialize(self, obj: Any) -> bytes | None:
         return None if obj is None else orjson.dumps(obj)
@@ -117,6 +141,38 @@ class Serdes:
     Long = LongSerde
     Double = DoubleSerde
     Json = JsonSerde
+
+    @staticmethod
+    def Avro(schema: Any, *, writer_schema: Any = None, record_type: Any = None) -> Serde[Any]:
+        """Schemaless Avro with an explicit schema (fastavro; ``pip install brook[avro]``): see
+        :class:`streaming.avro.AvroSerde`."""
+        from streaming.avro import AvroSerde
+
+        return AvroSerde(schema, writer_schema=writer_schema, record_type=record_type)
+
+    @staticmethod
+    def SchemaRegistryAvro(registry: Any, schema: Any = None, *, topic: str, is_key: bool = False,
+                           record_type: Any = None, conf: dict[str, Any] | None = None) -> Serde[Any]:
+        """Avro in Confluent's wire format through a Schema Registry: see :mod:`streaming.schema_registry`."""
+        from streaming.schema_registry import avro_serde
+
+        return avro_serde(registry, schema, topic=topic, is_key=is_key, record_type=record_type, conf=conf)
+
+    @staticmethod
+    def SchemaRegistryProtobuf(registry: Any, message_type: Any, *, topic: str, is_key: bool = False,
+                               conf: dict[str, Any] | None = None) -> Serde[Any]:
+        """Protobuf messages of ``message_type`` through a Schema Registry: see :mod:`streaming.schema_registry`."""
+        from streaming.schema_registry import protobuf_serde
+
+        return protobuf_serde(registry, message_type, topic=topic, is_key=is_key, conf=conf)
+
+    @staticmethod
+    def SchemaRegistryJson(registry: Any, schema: Any, *, topic: str, is_key: bool = False,
+                           record_type: Any = None, conf: dict[str, Any] | None = None) -> Serde[Any]:
+        """JSON validated by a JSON Schema from a Schema Registry: see :mod:`streaming.schema_registry`."""
+        from streaming.schema_registry import json_serde
+
+        return json_serde(registry, schema, topic=topic, is_key=is_key, record_type=record_type, conf=conf)
 
     @staticmethod
     def from_functions(serializer: Callable[[Any], bytes], deserializer: Callable[[bytes], Any]) -> Serde[Any]:
