@@ -266,6 +266,17 @@ def _summary(changelog: DataFrame) -> _Summary:
                     int(row.misplaced or 0))
 
 
+def _read_back(spark: SparkSession, config: Mapping[str, str], topic: TopicScaling, ends: list[int],
+               kind: StoreKind | None = None) -> ReadChangelog:
+    """The new changelog as written (``[0, ends)`` of each new partition), without headers, cached in Spark for the
+    verification and the fresh snapshot; with a store's ``kind``, each record's ``target`` (:func:`_with_targets`)."""
+    written = _read(spark, config, topic.new_physical, [0] * len(ends), ends, headers=False)
+    if kind is not None:
+        written = _with_targets(written, len(ends), kind)
+    return ReadChangelog(written.persist(StorageLevel.MEMORY_AND_DISK), dict.fromkeys(range(len(ends)), 0),
+                         dict(enumerate(ends)))
+
+
 # -- replicate -----------------------------------------------------------------------------------------------------------
 def _replicate_partition(config: Mapping[str, str], topic: str, batches: Iterable[Any]) -> list[tuple[int, int]]:
     return _produce(config, topic, {target: replicas(by_old) for target, by_old in _by_target(batches).items()})
@@ -305,21 +316,21 @@ def _replicate_changelog(spark: SparkSession, config: dict[str, str], store: Sto
             "target", "key", F.col("w.value").alias("value")), "target")
     finally:
         old.unpersist()
-    written = _read(spark, config, topic.new_physical, [0] * n, ends, headers=False) \
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    actual = _per_partition(_live_by_partition(written), "partition")
+    read = _read_back(spark, config, topic, ends)
+    actual = _per_partition(_live_by_partition(read.records), "partition")
     if actual != expected:
-        written.unpersist()
+        read.records.unpersist()
         wrong = sorted(p for p in set(actual) | set(expected) if actual.get(p) != expected.get(p))
         raise ScalingError(f"store {store.store}: the replication into {topic.new_physical} does not verify: "
                            f"partitions {wrong} hold other entries than the old changelog's (keys expected "
                            f"{[expected.get(p, Digest(0, 0)).keys for p in wrong]}, found "
                            f"{[actual.get(p, Digest(0, 0)).keys for p in wrong]})")
-    def total(digests: dict[int, Digest]) -> Digest:
-        return Digest(sum(d.keys for d in digests.values()), sum(d.checksum for d in digests.values()))
+    return ReshardResult(store.store, _total(expected), _total(actual), ends, read)
 
-    return ReshardResult(store.store, total(expected), total(actual), ends,
-                         ReadChangelog(written, dict.fromkeys(range(n), 0), dict(enumerate(ends))))
+
+def _total(digests: dict[int, Digest]) -> Digest:
+    """The :class:`Digest` of a store from those of its partitions."""
+    return Digest(sum(d.keys for d in digests.values()), sum(d.checksum for d in digests.values()))
 
 
 def reshard_changelog(spark: SparkSession, client_config: Mapping[str, Any], store: StoreScaling,
@@ -352,15 +363,13 @@ def reshard_changelog(spark: SparkSession, client_config: Mapping[str, Any], sto
                         partial(_reshard_partition, config, topic.new_physical, left_partitions))
     finally:
         old.unpersist()
-    written = _with_targets(_read(spark, config, topic.new_physical, [0] * n, ends, headers=False), n, kind) \
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    after = _summary(written)
+    read = _read_back(spark, config, topic, ends, kind)
+    after = _summary(read.records)
     same = before.digest.keys == after.digest.keys if left_partitions is not None else before.digest == after.digest
     if not same or after.misplaced or after.split:
-        written.unpersist()
+        read.records.unpersist()
         raise ScalingError(f"store {store.store}: the re-shard into {topic.new_physical} does not verify: before "
                            f"{before.digest.keys} keys (checksum {before.digest.checksum}), after {after.digest.keys} "
                            f"(checksum {after.digest.checksum}); {after.misplaced} key(s) in the wrong partition, "
                            f"{after.split} in two")
-    return ReshardResult(store.store, before.digest, after.digest, ends,
-                         ReadChangelog(written, dict.fromkeys(range(n), 0), dict(enumerate(ends))))
+    return ReshardResult(store.store, before.digest, after.digest, ends, read)
