@@ -82,6 +82,22 @@ def _schema_text(schema: Any) -> Any:
     return json.dumps(schema) if isinstance(schema, dict) else schema
 
 
+def _record_hooks(record_type: Any, serde: str, native: tuple[type, ...] | None) -> tuple[Any, Any]:
+    """The serializer's ``to_dict`` and the deserializer's ``from_dict`` for ``record_type`` objects (None, None:
+    records are dicts); ``native``: the types the serializer takes as they are (:func:`to_builtins`)."""
+    if record_type is None:
+        return None, None
+    convert = converter(record_type, f"{serde}({type_name(record_type)})")
+
+    def to_dict(obj: Any, _context: Any) -> Any:
+        return to_builtins(obj, native)
+
+    def from_dict(record: Any, _context: Any) -> Any:
+        return convert(record)
+
+    return to_dict, from_dict
+
+
 def avro_serde(registry: Any, schema: Any = None, *, topic: str, is_key: bool = False, record_type: Any = None,
                conf: dict[str, Any] | None = None) -> SchemaRegistrySerde:
     """``Serdes.SchemaRegistryAvro``: records as dicts, or as ``record_type`` (a dataclass, ``msgspec.Struct`` or
@@ -91,18 +107,10 @@ def avro_serde(registry: Any, schema: Any = None, *, topic: str, is_key: bool = 
     "auto.register.schemas": False}``."""
     from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 
+    from streaming.avro import AVRO_NATIVE_TYPES
+
     client = registry_client(registry)
-    to_dict = from_dict = None
-    if record_type is not None:
-        convert = converter(record_type, f"Serdes.SchemaRegistryAvro({type_name(record_type)})")
-        from streaming.avro import AVRO_NATIVE_TYPES
-
-        def to_dict(obj: Any, _context: Any) -> Any:
-            return to_builtins(obj, AVRO_NATIVE_TYPES)
-
-        def from_dict(record: Any, _context: Any) -> Any:
-            return convert(record)
-
+    to_dict, from_dict = _record_hooks(record_type, "Serdes.SchemaRegistryAvro", AVRO_NATIVE_TYPES)
     ser_conf, de_conf = _split(conf)
     text = _schema_text(schema)
     serializer = AvroSerializer(client, text, to_dict=to_dict, conf=ser_conf)
@@ -131,15 +139,7 @@ def json_serde(registry: Any, schema: Any, *, topic: str, is_key: bool = False, 
     from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 
     client = registry_client(registry)
-    to_dict = from_dict = None
-    if record_type is not None:
-        convert = converter(record_type, f"Serdes.SchemaRegistryJson({type_name(record_type)})")
-
-        def to_dict(obj: Any, _context: Any) -> Any:
-            return to_builtins(obj, None)
-
-        def from_dict(record: Any, _context: Any) -> Any:
-            return convert(record)
+    to_dict, from_dict = _record_hooks(record_type, "Serdes.SchemaRegistryJson", None)
     ser_conf, de_conf = _split(conf)
     text = _schema_text(schema)
     serializer = JSONSerializer(text, client, to_dict=to_dict, conf=ser_conf)
