@@ -2,8 +2,9 @@
 Dagster assets over their output, a summary.
 
 Starts the embedded broker, creates the topics, runs the word count (Processor API + stream-time
-punctuator) and the orders pipeline (dedupe, validate, mask, split, two joins, hourly windowed count
-with suppressed finals) in two ``brook worker run`` processes each. It produces generated lines, users
+punctuator) and the orders pipeline (typed records, dedupe, validate, encrypt the card number, address and phone,
+split, route lines by category, two joins, hourly windowed count with suppressed finals) in two ``brook worker
+run`` processes each. Unless ``BROOK_ORDERS_KEY_K1`` holds one, the encryption key is made for the run. It produces generated lines, users
 and items at once, and feeds generated orders (with duplicates, invalid, out-of-order and late ones) in
 batches as they would arrive live; shows a progress bar until the workers have committed everything,
 stops them with SIGTERM (a clean close), reads the outputs back and checks them against oracles
@@ -37,22 +38,29 @@ from apps.demo_platform import UNORDERED, PlatformSummary, ReprocessedDaySummary
 from apps.orders import oracle
 from apps.orders.pipeline import (
     APPLICATION_ID,
+    CATEGORIES,
+    CATEGORY_TOPIC_PREFIX,
+    CATEGORY_TOPICS,
     GRACE,
     HOURLY_TOPIC,
     ITEMS_TOPIC,
     LATE_LINES_TOPIC,
     LINES_TOPIC,
     ORDERS_TOPIC,
+    OUTPUT_TOPICS,
     REJECTED_TOPIC,
     USERS_TOPIC,
     WINDOW,
 )
+from apps.orders.protection import LINE_FIELDS, REJECTED_FIELDS, ensure_key, load_encryption
 from apps.wordcount import INPUT_TOPIC as LINES_IN
 from apps.wordcount import OUTPUT_TOPIC as COUNTS_OUT
 from apps.wordcount import WORDS_TOPIC
 from apps.wordcount.topology import words_of
 from streaming.admin import create_topics
 from streaming.broker import EmbeddedBroker
+from streaming.encryption import FieldEncryption, is_encrypted
+from streaming.errors import DecryptionError
 from streaming.serdes import Serdes
 from streaming.testing import generators
 from streaming.testing.generators import GeneratedRecord
@@ -149,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     shutil.rmtree(WORK, ignore_errors=True)  # a fresh broker each run: old local state would not match it
     WORK.mkdir(parents=True, exist_ok=True)
+    if ensure_key():  # the workers and Spark inherit it
+        console.print("made an encryption key for this run in BROOK_ORDERS_KEY_K1 (set it to use your own)")
 
     lines = generators.words(args.lines, seed=1, out_of_order=0.05)
     # Users and items exist before the orders: from the start of the orders' first day, the archive's start_date,
@@ -162,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap = broker.bootstrap_servers
         console.print(f"[bold]embedded broker[/] on {bootstrap}")
         create_topics(bootstrap, {t: PARTITIONS for t in (LINES_IN, WORDS_TOPIC, COUNTS_OUT, ORDERS_TOPIC, USERS_TOPIC,
-                                                          ITEMS_TOPIC, LINES_TOPIC, REJECTED_TOPIC, LATE_LINES_TOPIC,
-                                                          HOURLY_TOPIC)})
+                                                          ITEMS_TOPIC, *OUTPUT_TOPICS)})
         loaded = time.monotonic()
         produce(bootstrap, USERS_TOPIC, users, Serdes.String(), Serdes.Json())
         produce(bootstrap, ITEMS_TOPIC, items, Serdes.String(), Serdes.Json())
@@ -188,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             codes = stop_workers(workers)
         counts = read_topic(bootstrap, COUNTS_OUT, Serdes.String(), Serdes.Long(), PARTITIONS)
         outputs = {topic: read_topic(bootstrap, topic, Serdes.String(), Serdes.Json(), PARTITIONS)
-                   for topic in (LINES_TOPIC, REJECTED_TOPIC, LATE_LINES_TOPIC, HOURLY_TOPIC)}
+                   for topic in OUTPUT_TOPICS}
         streaming_ok = report(lines, (orders, users, items), counts, outputs, seconds, codes)
         console.print("\n[bold]platform[/]: compaction, archive, quality checks and a reprocessed day through Dagster "
                       f"(DAGSTER_HOME={os.environ.get('DAGSTER_HOME', 'ephemeral')})")
@@ -227,6 +236,8 @@ def report(lines: list[Any], catalog: tuple[list[GeneratedRecord], ...], counts:
     table.add_row("records out", f"{len(counts):,} count updates",
                   f"{len(order_lines):,} lines, {len(rejected):,} rejected, "
                   f"{len(outputs[LATE_LINES_TOPIC]):,} late, {len(hourly)} hourly finals")
+    table.add_row("lines per category", "",
+                  ", ".join(f"{c} {len(outputs[CATEGORY_TOPIC_PREFIX + c]):,}" for c in CATEGORIES))
     table.add_row("workers", str(WORKERS_PER_APP), str(WORKERS_PER_APP))
     console.print(table)
     console.print(f"processed {records_in:,} records in {seconds:.1f} s "
@@ -271,9 +282,39 @@ def order_checks(orders: list[GeneratedRecord], users: list[GeneratedRecord], it
         "every invalid order rejected with a reason":
             {r.value["order"]["order_id"] for r in rejected} == {o.value["order_id"] for o in first_copies if o.defect}
             and all(r.value.get("reason") for r in rejected),
-        "no card number in clear": not any("card_number" in r.value for r in outputs[LINES_TOPIC])
-            and all(set(r.value["order"]["card_number"][:-4]) <= {"*"} for r in rejected),
+        **encryption_checks(first_copies, outputs),
+        "each line in its item category's topic (order-lines-<category>), and only there":
+            sorted((r.value["order_id"], r.value["item"]) for t in CATEGORY_TOPICS for r in outputs[t]
+                   if t == CATEGORY_TOPIC_PREFIX + r.value["category"]) == valid_lines
+            and sum(len(outputs[t]) for t in CATEGORY_TOPICS) == len(valid_lines),
     }
+
+
+def encryption_checks(first_copies: list[GeneratedRecord], outputs: dict[str, list[Any]]) -> dict[str, bool]:
+    """The card number, address and phone are encrypted in every output: readable with the key (equal to what was
+    sent), not without it (another key fails to authenticate), the card also masked for people."""
+    sent = {o.value["order_id"]: o.value for o in first_copies}
+    encryption = load_encryption()
+    rejected = outputs[REJECTED_TOPIC]
+    lines = [r.value for topic in (LINES_TOPIC, LATE_LINES_TOPIC, *CATEGORY_TOPICS) for r in outputs[topic]]
+    in_clear = [v for v in lines if not (is_encrypted(v["address"]) and is_encrypted(v["phone"]))] + \
+        [r.value for r in rejected if not all(is_encrypted(r.value["order"][f]) for f in ("card_number", "address",
+                                                                                          "phone"))]
+    lines_read = all([line["address"], line["phone"]] == [sent[line["order_id"]]["address"],
+                                                          sent[line["order_id"]]["phone"]]
+                     for line in (encryption.decrypt_fields(v, LINE_FIELDS) for v in lines))
+    fields = ("card_number", "address", "phone")
+    rejected_read = all([order[f] for f in fields] == [sent[order["order_id"]][f] for f in fields]
+                        and order["card_masked"] == "*" * 12 + sent[order["order_id"]]["card_number"][-4:]
+                        for order in (encryption.decrypt_fields(r.value, REJECTED_FIELDS)["order"] for r in rejected))
+    stranger = FieldEncryption.from_keys({"k1": FieldEncryption.generate_key()})
+    try:
+        stranger.decrypt_fields(lines[0], LINE_FIELDS)
+        unreadable = False
+    except DecryptionError:
+        unreadable = True
+    return {"card numbers, addresses and phones encrypted in every output, each decrypting with the key to what was "
+            "sent, and not with another key": not in_clear and lines_read and rejected_read and unreadable}
 
 
 def hourly_table(hourly: list[dict[str, Any]]) -> Table:

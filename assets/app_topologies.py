@@ -82,8 +82,13 @@ def _app_problems(spec: PlatformSpec, app_name: str, app: AppSpec, topology: Top
         problems.append(f"{where}: input {topic!r} is not read by the topology (it reads {sorted(sources)})")
     for topic in sorted(sinks - set(app.outputs)):
         problems.append(f"{where} writes topic {topic!r}, which is not in its outputs")
-    for topic in sorted(set(app.outputs) - sinks):
-        problems.append(f"{where}: output {topic!r} is not written by the topology (it writes {sorted(sinks)})")
+    if topology.dynamic_sinks:  # the outputs its fixed sinks do not write are those its extractors may name
+        for topic in sorted((set(app.outputs) - sinks) & (sources | internal)):
+            problems.append(f"{where}: output {topic!r} is a topic the app reads or owns, which its dynamic sinks "
+                            f"{topology.dynamic_sinks} may not write")
+    else:
+        for topic in sorted(set(app.outputs) - sinks):
+            problems.append(f"{where}: output {topic!r} is not written by the topology (it writes {sorted(sinks)})")
 
     code_stores = set(topology.store_builders) | set(topology.global_stores)
     for store in app.stores:

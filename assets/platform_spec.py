@@ -250,9 +250,11 @@ class QualityRule(_Model):
     - ``not_null``: no null in any of ``columns``;
     - ``range``: every non-null value of ``columns`` within ``[min, max]`` (numeric columns);
     - ``unique``: no two rows share the values of ``columns`` (together: a compound key);
-    - ``absent``: ``columns`` never carry a value (fields that must never be written, e.g. a card
-      number: the archive keeps undeclared fields, so a leaked one is seen, and the check also looks in
-      the raw bytes of the day's undecodable records);
+    - ``absent``: ``columns`` never carry a value in clear: null, missing or encrypted
+      (``streaming.encryption``'s ``enc:v1:<key id>:<base64>``) only. For fields that must never be written
+      in clear, e.g. a card number: an undeclared one is kept in the archive's ``extra_fields``, so a leaked
+      one is seen; a declared one must be a ``string``; the check also looks in the raw bytes of the day's
+      undecodable records;
     - ``freshness``: the newest ``columns[0]`` (default: the record ``timestamp``; else an epoch-ms
       field) is at most ``max_age_minutes`` older than the end of the day checked, or than now for
       today;
@@ -315,9 +317,10 @@ class QualityRule(_Model):
         for column in self.columns:
             kind = columns.get(column)
             if self.check == "absent":
-                if kind is not None:
+                if kind is not None and kind != "string":
                     problems.append(f"quality rule {self.name!r}: column {column!r} of topic {self.topic!r} "
-                                    "is declared, so it cannot be required absent")
+                                    f"is declared as {kind}: absent checks a string column (clear or encrypted) "
+                                    "or an undeclared field")
             elif kind is None:
                 problems.append(f"quality rule {self.name!r}: topic {self.topic!r} has no column {column!r} "
                                 f"(its columns: {sorted(columns)})")

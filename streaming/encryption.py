@@ -224,6 +224,12 @@ class FieldEncryption:
             value = _replace(value, field.split("."), field, self.decrypt)
         return value
 
+    def decrypt_found(self, value: Any) -> Any:
+        """``value`` with every field in the wire form decrypted, wherever it is in nested objects (a copy; other
+        values as they are). For comparing records whose fields were encrypted with random nonces (batch against
+        live, an output against an oracle) without naming the fields; raises as :meth:`decrypt` does."""
+        return _decrypt_found(self, value, "")
+
     def serde(self, fields: Fields) -> EncryptedJsonSerde:
         """A JSON serde that encrypts ``fields`` on write and decrypts them on read (see :class:`EncryptedJsonSerde`)."""
         return EncryptedJsonSerde(self, fields)
@@ -320,6 +326,14 @@ def _replace(value: dict[str, Any], path: list[str], field: str, convert: Any) -
     else:
         replaced = convert(inner, field)
     return {**value, head: replaced}
+
+
+def _decrypt_found(encryption: FieldEncryption, value: Any, path: str) -> Any:
+    if isinstance(value, dict):
+        return {name: _decrypt_found(encryption, inner, f"{path}{name}.") for name, inner in value.items()}
+    if isinstance(value, str) and path and _ENCRYPTED.match(value):
+        return encryption.decrypt(value, path[:-1])
+    return value
 
 
 def _describe(value: Any) -> str:

@@ -35,6 +35,12 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The orders pipeline encrypts with the key in $BROOK_ORDERS_KEY_K1 (apps/orders/encryption.yaml): one random key
+# per test session, inherited by the workers, brokers, Spark and Dagster processes the tests start.
+from apps.orders.protection import ensure_key  # noqa: E402
+
+ensure_key()
+
 #: Test files whose tests run on one pytest-xdist worker, one after the other, by group (``--dist loadgroup``).
 XDIST_GROUPS: dict[str, str] = {
     # Spark: one JVM at a time on 2 cores (the ``spark`` fixture's, or the Dagster CLI's in a subprocess)

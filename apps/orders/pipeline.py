@@ -1,13 +1,16 @@
-"""The orders pipeline, whole: dedupe, validate, mask, split, join users and items, count per hour.
+"""The orders pipeline, whole: dedupe, validate, encrypt, split, route by category, join users and items, count
+per hour.
 
-``orders`` (keyed by user) -> deduplicated by order id (a window store kept ``dedupe_ttl``) -> invalid
-orders, masked and with the reason, to ``orders-rejected``; valid ones masked and split into one record per item
-line -> ``order-lines`` -> joined with the ``users`` table (stream-table, same key) -> re-keyed by item,
-repartitioned and joined with the ``items`` table -> only lines whose item is made in the buyer's own
-region -> grouped by that region into hourly windows (``grace`` for late orders) -> distinct buyers and
-lines per region and hour, one suppressed final per window -> ``local-buyers-hourly``. Lines arriving
-after their window closed go to ``order-lines-late`` (and are counted), so every valid line ends in a
-final or there.
+``orders`` (keyed by user; typed :class:`~apps.orders.records.Order` records) -> deduplicated by order id (a
+window store kept ``dedupe_ttl``) -> invalid orders, with the reason, their card number, address and phone
+encrypted (and the card masked for people), to ``orders-rejected``; valid ones split into one record per item line
+carrying the delivery address and phone, encrypted -> ``order-lines``, and each line to the topic of its item's
+category, ``order-lines-<category>`` (a topic name extractor; the topics are declared in platform.yaml) -> joined
+with the ``users`` table (stream-table, same key) -> re-keyed by item, repartitioned and joined with the ``items``
+table -> only lines whose item is made in the buyer's own region -> grouped by that region into hourly windows
+(``grace`` for late orders) -> distinct buyers and lines per region and hour, one suppressed final per window ->
+``local-buyers-hourly``. Lines arriving after their window closed go to ``order-lines-late`` (and are counted),
+so every valid line ends in a final or there. What is encrypted where: :mod:`apps.orders.protection`.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ import bisect
 from datetime import timedelta
 from typing import Any
 
-from apps.orders.validation import item_lines, mask, rejection_reason
+from apps.orders.protection import LINE_FIELDS, REJECTED_FIELDS, EncryptFields
+from apps.orders.records import Item, Order, OrderUser
+from apps.orders.validation import delivery, item_lines, rejected, rejection_reason
 from streaming import Materialized, Serdes, Stores, StreamsBuilder, Suppressed, TimeWindows, Topology
-from streaming.processor import Processor, ProcessorContext, Record
+from streaming.processor import Processor, ProcessorContext, Record, RecordContext
 from streaming.windows.window import Windowed
 
 APPLICATION_ID = "orders"
@@ -29,6 +34,13 @@ REJECTED_TOPIC = "orders-rejected"
 LINES_TOPIC = "order-lines"
 LATE_LINES_TOPIC = "order-lines-late"
 HOURLY_TOPIC = "local-buyers-hourly"
+CATEGORY_TOPIC_PREFIX = "order-lines-"
+"""A line of category ``c`` also goes to ``order-lines-<c>`` (platform.yaml declares one per category)."""
+CATEGORIES = ("electronics", "fashion", "home", "outdoor")
+CATEGORY_TOPICS = tuple(CATEGORY_TOPIC_PREFIX + category for category in CATEGORIES)
+"""The topics the lines are routed to: each must exist (a line of another category goes down the production error
+path, naming the topic)."""
+OUTPUT_TOPICS = (LINES_TOPIC, REJECTED_TOPIC, LATE_LINES_TOPIC, HOURLY_TOPIC, *CATEGORY_TOPICS)
 
 DEDUPE_STORE = "order-ids"
 USERS_STORE = "users"
@@ -49,8 +61,7 @@ class DeduplicateOrders(Processor[str, Any]):
     dropped, as in Kafka Streams' event-deduplication example. The store keeps the input offset of the
     first copy, so the same record processed again after a crash (at-least-once replays it from the last
     commit, and the store may already hold its id) is forwarded again, not taken for its own duplicate.
-    Values without an ``order_id`` pass through (validation rejects them); a duplicate is a counted skip
-    (``dropped_records``).
+    A null value passes through (validation rejects it); a duplicate is a counted skip (``dropped_records``).
     """
 
     def __init__(self, ttl: timedelta = DEDUPE_TTL) -> None:
@@ -60,9 +71,9 @@ class DeduplicateOrders(Processor[str, Any]):
         self.context = context
         self.seen = context.get_state_store(DEDUPE_STORE)
 
-    def process(self, record: Record[str, Any]) -> None:
-        order_id = record.value.get("order_id") if isinstance(record.value, dict) else None
-        if isinstance(order_id, str):
+    def process(self, record: Record[str, Order | None]) -> None:
+        if record.value is not None:
+            order_id = record.value.order_id
             ts, offset = record.timestamp, self.context.offset
             first = next(iter(self.seen.fetch(order_id, ts - self.ttl_ms, ts + self.ttl_ms)), None)
             if first is None:
@@ -81,6 +92,11 @@ def add_buyer(region: str, line: dict[str, Any], hourly: dict[str, Any]) -> dict
         buyers.insert(at, line["user"])
     hourly["lines"] += 1
     return hourly
+
+
+def category_topic(user: str, line: dict[str, Any], context: RecordContext) -> str:
+    """The topic of a line's item category (a topic name extractor)."""
+    return f"{CATEGORY_TOPIC_PREFIX}{line['category']}"
 
 
 def hourly_result(windowed: Windowed, hourly: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -102,24 +118,27 @@ def topology(grace: timedelta = GRACE, dedupe_ttl: timedelta = DEDUPE_TTL) -> To
     builder.add_state_store(Stores.window_store_builder(
         Stores.persistent_window_store(DEDUPE_STORE, retention=dedupe_ttl, window_size=dedupe_ttl,
                                        retain_duplicates=False), string, Serdes.Long()))
-    users = builder.table(USERS_TOPIC, key_serde=string, value_serde=json, materialized=USERS_STORE)
-    items = builder.table(ITEMS_TOPIC, key_serde=string, value_serde=json, materialized=ITEMS_STORE)
+    users = builder.table(USERS_TOPIC, key_serde=string, value_serde=Serdes.Json(OrderUser), materialized=USERS_STORE)
+    items = builder.table(ITEMS_TOPIC, key_serde=string, value_serde=Serdes.Json(Item), materialized=ITEMS_STORE)
 
-    orders = (builder.stream(ORDERS_TOPIC, key_serde=string, value_serde=json)
+    orders = (builder.stream(ORDERS_TOPIC, key_serde=string, value_serde=Serdes.Json(Order))
               .process_values(lambda: DeduplicateOrders(dedupe_ttl), DEDUPE_STORE, name="dedupe"))
     branches = (orders.split(name="orders-")
                 .branch(lambda user, order: rejection_reason(user, order) is None, name="valid")
                 .default_branch(name="invalid"))
-    branches["orders-invalid"].map_values(
-        lambda user, order: {"order": mask(order) if isinstance(order, dict) else order,
-                             "reason": rejection_reason(user, order)}).to(REJECTED_TOPIC, value_serde=json)
-    lines = branches["orders-valid"].map_values(mask).flat_map_values(item_lines)
+    (branches["orders-invalid"].map_values(rejected, name="rejected")
+     .process_values(lambda: EncryptFields(REJECTED_FIELDS), name="encrypt-rejected")
+     .to(REJECTED_TOPIC, value_serde=json))
+    lines = (branches["orders-valid"].map_values(delivery, name="delivery")
+             .process_values(lambda: EncryptFields(LINE_FIELDS), name="encrypt-delivery")
+             .flat_map_values(item_lines, name="item-lines"))
     lines.to(LINES_TOPIC, value_serde=json)
+    lines.to(category_topic, key_serde=string, value_serde=json, name="lines-by-category")
 
     local_lines = (
-        lines.join(users, lambda line, user: {**line, "user_region": user["region"]}, name="join-users")
+        lines.join(users, lambda line, user: {**line, "user_region": user.region}, name="join-users")
         .select_key(lambda user, line: line["item"], name="by-item")
-        .join(items, lambda line, item: {**line, "item_region": item["region"]}, name="lines-by-item")
+        .join(items, lambda line, item: {**line, "item_region": item.region}, name="lines-by-item")
         .filter(lambda item, line: line["user_region"] == line["item_region"], name="made-in-own-region"))
     (local_lines
      .group_by(lambda item, line: line["user_region"], key_serde=string, name="lines-by-region")

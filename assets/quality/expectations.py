@@ -9,7 +9,8 @@ rule           expectations
 not_null       ``ExpectColumnValuesToNotBeNull`` per column
 range          ``ExpectColumnValuesToBeBetween`` per column (nulls are not_null's business)
 unique         ``ExpectColumnValuesToBeUnique`` (one column) / ``ExpectCompoundColumnsToBeUnique``
-absent         ``ExpectColumnValuesToBeNull`` per column, on the column taken from ``extra_fields``
+absent         ``ExpectColumnValuesToBeNull`` per column, on the column (declared, or taken from ``extra_fields``)
+               with encrypted values as null: what it requires is no value in clear
 freshness      ``ExpectColumnMaxToBeBetween`` with ``min_value`` = reference time - max age
 row_count      ``ExpectTableRowCountToBeBetween`` with bounds from the baseline's rows
 =============  =================================================================================

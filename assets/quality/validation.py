@@ -21,6 +21,7 @@ import orjson
 from assets.platform_spec import EXTRA_FIELDS_COLUMN, QualityRule, TopicSpec
 from assets.quality.expectations import LabelledExpectation
 from assets.quality.gx import great_expectations
+from streaming.encryption import ENCRYPTED_VALUE_PATTERN
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,6 +32,7 @@ __all__ = ["SAMPLE_ROWS", "UNDECODABLE_MARK", "ExpectationOutcome", "RuleOutcome
 #: Failing rows kept per expectation (located by partition and offset).
 SAMPLE_ROWS = 5
 LOCATION_COLUMNS = ("partition", "offset")
+_ENCRYPTED = re.compile(ENCRYPTED_VALUE_PATTERN)
 #: The value an ``absent`` column takes for an undecodable record whose raw bytes name the field.
 UNDECODABLE_MARK = "<named in an undecodable record>"
 
@@ -67,7 +69,8 @@ def columns_to_read(rule: QualityRule, topic: TopicSpec) -> list[str] | None:
     if rule.check == "row_count":
         return None
     if rule.check == "absent":
-        needed = [EXTRA_FIELDS_COLUMN]
+        declared = topic.columns()
+        needed = [EXTRA_FIELDS_COLUMN, *(c for c in rule.columns if c in declared)]
     elif rule.check == "freshness":
         needed = list(rule.columns) or ["timestamp"]
     else:
@@ -117,16 +120,34 @@ def prepare_frame(rule: QualityRule, frame: pd.DataFrame, undecodable: pd.DataFr
     prepared = prepared.copy()
     extra = prepared.get(EXTRA_FIELDS_COLUMN)
     for column in rule.columns:
-        if extra is None:
+        if column in frame:  # a declared string column
+            prepared[column] = frame[column].map(in_clear)
+        elif extra is None:
             prepared[column] = None
         else:
-            prepared[column] = extra.map(lambda pairs, name=column: _extra_field(pairs, name))
+            prepared[column] = extra.map(lambda pairs, name=column: in_clear(_extra_field(pairs, name)))
     if undecodable is not None and len(undecodable):
         raw = undecodable[[*LOCATION_COLUMNS]].copy()
         for column in rule.columns:
-            raw[column] = undecodable["value"].map(lambda value, name=column: undecodable_field(value, name))
+            raw[column] = undecodable["value"].map(
+                lambda value, name=column: in_clear(undecodable_field(value, name)))
         prepared = pd.concat([prepared, raw], ignore_index=True)
     return prepared
+
+
+def in_clear(value: Any) -> Any:
+    """``value`` unless it is encrypted (the wire form, as a string or as its JSON text), which is None: what an
+    ``absent`` rule requires is no value *in clear*."""
+    if isinstance(value, str):
+        text = value
+        if text.startswith('"'):
+            try:
+                text = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                return value
+        if isinstance(text, str) and _ENCRYPTED.match(text):
+            return None
+    return value
 
 
 def _jsonable(value: Any) -> Any:

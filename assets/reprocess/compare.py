@@ -16,13 +16,17 @@ batch and never of live timing:
 - ``ordered=False`` compares each key's records as a multiset (a topic that several tasks write one key to within
   one stream-time instant, such as the word count's repartition topic).
 
+Encrypted fields (``streaming.encryption``) carry a random nonce, so the same clear value is different bytes in
+each run: ``clear_value`` maps each value (batch and live alike) to its clear form first, e.g. the orders app's
+``ClearJsonSerde(...).clear_bytes``.
+
 Used by ``tests/integration/test_reprocess_equals_live.py`` and by ``make demo`` (``apps.demo_platform``).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from itertools import groupby
@@ -111,10 +115,15 @@ def _value_order(record: tuple[Any, int]) -> tuple[bool, Any, int]:
 
 
 def compare_outputs(batch: list[OutputRecord], live: list[OutputRecord], topic: str, ordered: bool = True,
-                    complete_before: int | None = None) -> TopicComparison:
+                    complete_before: int | None = None,
+                    clear_value: Callable[[bytes | None], bytes | None] | None = None) -> TopicComparison:
     """Per key, the batch's records are the live ones, in order, up to where the batch stopped (see the module
     doc); ``ordered=False``: as many of each, in any order. ``complete_before`` (epoch ms): every live record of a
-    key older than it must be among the batch's records of that key (what the batch's input fully covers)."""
+    key older than it must be among the batch's records of that key (what the batch's input fully covers).
+    ``clear_value``: what each value is compared as (its encrypted fields decrypted; the module doc)."""
+    if clear_value is not None:
+        batch = [(key, clear_value(value), timestamp) for key, value, timestamp in batch]
+        live = [(key, clear_value(value), timestamp) for key, value, timestamp in live]
     batch_keyed, live_keyed = by_key(batch), by_key(live)
     result = TopicComparison(topic, ordered, len(batch), len(live), len(batch_keyed), 0)
 

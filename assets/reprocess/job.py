@@ -214,7 +214,7 @@ def check_app(spec: PlatformSpec, app_name: str, client_config: dict[str, Any] |
         if client_config is None:
             raise PublishError(f"reprocess.publish is true but no Kafka settings were given to publish the outputs of "
                                f"app {app_name!r}")
-        check_targets(client_config, {t: counts[t] for t in plan.output_topics}, spec.reprocess.publish_suffix)
+        check_targets(client_config, {t: counts[t] for t in plan.all_output_topics}, spec.reprocess.publish_suffix)
     bound = max(spec.topics[topic].disorder_bound_minutes(spec.archive) for topic in plan.input_topics)
     return CheckedApp(plan, settings, bound)
 
@@ -394,7 +394,7 @@ def run_days_on_spark(spark: SparkSession, days: list[PreparedDay]) -> list[Repr
 
     run = uuid.uuid4().hex[:12]
     run_dir = root / app_name / "_state" / "runs" / run
-    topics = {**{topic: spec.topics[topic] for topic in plan.output_topics},
+    topics = {**{topic: spec.topics[topic] for topic in plan.all_output_topics},
               dead_letter_topic(plan.application_id): DEAD_LETTERS}
     together = {topic: root / app_name / topic / f".days-{run}" for topic in topics}
     context = StageContext(app_name, spec.apps[app_name], first.settings, plan.partition_counts, -1,
@@ -436,7 +436,7 @@ def run_days_on_spark(spark: SparkSession, days: list[PreparedDay]) -> list[Repr
         published = {}
         if spec.reprocess.publish:
             assert day.client_config is not None  # check_app refuses publish without it
-            published = publish_outputs(day.client_config, root / app_name, list(plan.output_topics), day.day,
+            published = publish_outputs(day.client_config, root / app_name, list(plan.all_output_topics), day.day,
                                         spec.reprocess.publish_suffix)
         started_from = (f"the state of {day.day - timedelta(days=1)}" if index or previous
                         else "empty state (first day)")

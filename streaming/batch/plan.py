@@ -90,6 +90,11 @@ class BatchPlan:
         self.tasks = {sub.id: [TaskSpec(sub.id, p, sub.source_topics) for p in range(self._task_count(sub))]
                       for sub in subtopologies}
 
+    @property
+    def all_output_topics(self) -> tuple[str, ...]:
+        """The outputs of fixed sinks, then those dynamic sinks may write: every topic a run's outputs may hold."""
+        return (*self.output_topics, *self.dynamic_output_topics)
+
     def _task_count(self, sub: Subtopology) -> int:
         return max(self.partition_counts[t] for t in sub.source_topics)
 

@@ -32,8 +32,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
-    "DEFAULT_VOCABULARY", "GeneratedRecord", "ORDERS_START_MS", "REGIONS", "disordered_timestamps",
-    "items", "orders", "users", "words",
+    "CATEGORIES",
+    "DEFAULT_VOCABULARY",
+    "ORDERS_START_MS",
+    "REGIONS",
+    "GeneratedRecord",
+    "disordered_timestamps",
+    "items",
+    "orders",
+    "users",
+    "words",
 ]
 
 # 2023-11-14T22:00:00Z: an hour boundary, so hourly windows of generated orders start on it.
@@ -54,6 +62,13 @@ _LAST_NAMES = ("Lovelace", "Turing", "Liskov", "Shannon", "Ritchie", "Dijkstra",
                "Lamarr", "Sutherland", "Bartik", "Thompson", "Lamport", "Hamilton", "Wirth", "Perlman")
 _ADJECTIVES = ("red", "blue", "small", "large", "steel", "wooden", "smart", "quiet", "fast", "solar")
 _NOUNS = ("lamp", "chair", "kettle", "bike", "phone", "desk", "clock", "drone", "boot", "radio")
+#: Each noun's item category: what the orders pipeline routes a line by (``order-lines-<category>``).
+_CATEGORY_OF_NOUN = {"lamp": "home", "chair": "home", "kettle": "home", "desk": "home", "clock": "home",
+                     "phone": "electronics", "drone": "electronics", "radio": "electronics", "bike": "outdoor",
+                     "boot": "fashion"}
+CATEGORIES: tuple[str, ...] = ("electronics", "fashion", "home", "outdoor")
+_STREETS = ("Main St", "Harbour Rd", "Station Ave", "Mill Lane", "Park Blvd", "Kings Way", "River St", "Oak Ave")
+_CITIES = ("Lisbon", "Austin", "Osaka", "Lima", "Ghent", "Denver", "Pune", "Quito")
 
 DEFECTS: tuple[str, ...] = ("no_items", "bad_qty", "bad_price", "no_user", "bad_amount")
 
@@ -186,13 +201,18 @@ def _item_id(index: int) -> str:
 
 def _user(index: int, catalog_seed: int, regions: tuple[str, ...]) -> dict[str, Any]:
     rng = random.Random(f"user/{catalog_seed}/{index}")
-    return {"name": f"{rng.choice(_FIRST_NAMES)} {rng.choice(_LAST_NAMES)}", "region": rng.choice(regions)}
+    user = {"name": f"{rng.choice(_FIRST_NAMES)} {rng.choice(_LAST_NAMES)}", "region": rng.choice(regions)}
+    # The contact details draw from a generator of their own, so that adding them left names and regions as they were.
+    contact = random.Random(f"user-contact/{catalog_seed}/{index}")
+    return {**user, "address": f"{contact.randint(1, 999)} {contact.choice(_STREETS)}, {contact.choice(_CITIES)}",
+            "phone": f"+1-555-{contact.randint(0, 9999):04d}-{contact.randint(0, 999):03d}"}
 
 
 def _item(index: int, catalog_seed: int, regions: tuple[str, ...]) -> dict[str, Any]:
     rng = random.Random(f"item/{catalog_seed}/{index}")
-    return {"name": f"{rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)}", "region": rng.choice(regions),
-            "price": rng.randint(100, 20_000) / 100}
+    noun = (rng.choice(_ADJECTIVES), rng.choice(_NOUNS))
+    return {"name": " ".join(noun), "region": rng.choice(regions), "price": rng.randint(100, 20_000) / 100,
+            "category": _CATEGORY_OF_NOUN[noun[1]]}
 
 
 def users(count: int = 100, *, seed: int = 0, start_ms: int = ORDERS_START_MS,
@@ -200,7 +220,8 @@ def users(count: int = 100, *, seed: int = 0, start_ms: int = ORDERS_START_MS,
     """The users table: one record per user, all at ``start_ms``.
 
     key: the user id, ``"user-000"`` .. (zero-padded to 3 digits, wider past 999);
-    value: ``{"name": "Grace Hopper", "region": "eu"}`` — ``region`` is one of ``regions``.
+    value: ``{"name": "Grace Hopper", "region": "eu", "address": "12 Mill Lane, Ghent", "phone": "+1-555-0042-007"}``
+    — ``region`` is one of ``regions``; ``address`` and ``phone`` are sensitive (the orders pipeline encrypts them).
     """
     return [GeneratedRecord(_user_id(i), _user(i, seed, tuple(regions)), start_ms) for i in range(count)]
 
@@ -210,8 +231,9 @@ def items(count: int = 50, *, seed: int = 0, start_ms: int = ORDERS_START_MS,
     """The items table: one record per item, all at ``start_ms``.
 
     key: the item id, ``"item-000"`` .. (what order lines name in ``item``);
-    value: ``{"name": "red lamp", "region": "us", "price": 12.5}`` — ``region`` is where the item is
-    made (one of ``regions``), ``price`` its unit price (what order lines charge).
+    value: ``{"name": "red lamp", "region": "us", "price": 12.5, "category": "home"}`` — ``region`` is where the
+    item is made (one of ``regions``), ``price`` its unit price (what order lines charge), ``category`` one of
+    :data:`CATEGORIES`.
     """
     return [GeneratedRecord(_item_id(i), _item(i, seed, tuple(regions)), start_ms) for i in range(count)]
 
@@ -244,11 +266,14 @@ def orders(count: int, *, seed: int = 0, users: int = 100, items: int = 50, cata
 
         {"order_id": "o-00000042",          # unique, except duplicates re-send the previous order's
          "user": "user-007",                 # = the key
-         "items": [{"item": "item-012", "qty": 2, "price": 19.99}, ...],   # 1..max_lines lines,
-                                            # distinct items, qty 1..max_qty, price = the item's price
+         "items": [{"item": "item-012", "qty": 2, "price": 19.99, "category": "home"}, ...],
+                                            # 1..max_lines lines, distinct items, qty 1..max_qty,
+                                            # price and category = the item's
          "amount": 39.98,                    # sum of qty * price, rounded to cents
          "region": "eu",                     # the user's region (where the order was placed)
-         "card_number": "4539578763621486",  # sensitive: 16 digits, Luhn-valid; mask it
+         "card_number": "4539578763621486",  # sensitive: 16 digits, Luhn-valid
+         "address": "12 Mill Lane, Ghent",   # sensitive: the user's (delivery) address
+         "phone": "+1-555-0042-007",         # sensitive: the user's phone
          "ts": 1699999200000}                # event time (epoch ms) = the record's timestamp
 
     ``duplicates``: share of records that re-send the previous order unchanged (same key, value and
@@ -287,8 +312,8 @@ def orders(count: int, *, seed: int = 0, users: int = 100, items: int = 50, cata
         user_index = rng.randrange(users)
         user = _user_id(user_index)
         chosen_items = rng.sample(range(items), rng.randint(1, min(max_lines, items)))
-        lines = [{"item": _item_id(j), "qty": rng.randint(1, max_qty), "price": catalog_items[j]["price"]}
-                 for j in chosen_items]
+        lines = [{"item": _item_id(j), "qty": rng.randint(1, max_qty), "price": catalog_items[j]["price"],
+                  "category": catalog_items[j]["category"]} for j in chosen_items]
         defect = rng.choice(DEFECTS) if i in defect_at else None
         if defect == "no_items":
             lines = []
@@ -303,6 +328,7 @@ def orders(count: int, *, seed: int = 0, users: int = 100, items: int = 50, cata
             user = None
         value = {"order_id": f"o-{number:08d}", "user": user, "items": lines, "amount": amount,
                  "region": catalog_users[user_index]["region"], "card_number": _card_number(rng),
+                 "address": catalog_users[user_index]["address"], "phone": catalog_users[user_index]["phone"],
                  "ts": timestamp}
         number += 1
         records.append(GeneratedRecord(user, value, timestamp, out_of_order=is_ooo, late=is_late,

@@ -87,9 +87,13 @@ def _stand_in(spec: PlatformSpec, topic: str, rows: list[dict[str, Any]],
     return archive
 
 
+ENCRYPTED = "enc:v1:k1:" + "QUJD" * 12  # the wire form of an encrypted field (streaming.encryption)
+
+
 def _line(order: int, item: str, qty: int = 1, **overrides: Any) -> dict[str, Any]:
     row = {"key": f"user-{order % 3}", "order_id": f"o-{order:08d}", "user": f"user-{order % 3}",
-           "region": "eu", "item": item, "qty": qty, "price": 2.5, "ts": DAY_MS + order * 1000}
+           "region": "eu", "item": item, "qty": qty, "price": 2.5, "ts": DAY_MS + order * 1000,
+           "address": ENCRYPTED, "phone": ENCRYPTED}
     row.update(overrides)
     return row
 
@@ -151,7 +155,7 @@ def test_checks_fail_with_failing_counts_and_samples_on_bad_rows(spec_path: Path
         _line(2, "item-001", qty=0),                                 # range(qty)
         _line(3, "item-001", qty=-2, region=None),                   # range(qty), not_null(region)
         _line(4, "item-001", extra_fields=[("card_number", '"4111111111111111"')]),  # absent(card_number)
-        _line(5, "item-001"),
+        _line(5, "item-001", phone="+1-555-0042-007"),              # absent(phone): in clear
         _line(5, "item-001"),                                        # unique(order_id, item)
     ]  # 7 lines for 8 valid orders: row_count below its bound
     archives["orders-rejected"][1]["reason"] = None
@@ -177,6 +181,10 @@ def test_checks_fail_with_failing_counts_and_samples_on_bad_rows(spec_path: Path
     assert not card.passed and _value(card, "failing absent(card_number)") == 1
     assert _value(card, "sample absent(card_number)") == [{"partition": 0, "offset": 2}]  # where, not the number
     assert "4111111111111111" not in str(card.metadata)
+    contact = evaluations["order_lines_contact_encrypted"]  # encrypted values pass, a clear one fails
+    assert not contact.passed and _value(contact, "failing absent(phone)") == 1
+    assert _value(contact, "failing absent(address)") == 0
+    assert "0042" not in str(contact.metadata)
 
     unique = evaluations["order_lines_unique_per_order"]
     assert not unique.passed and unique.severity == dg.AssetCheckSeverity.WARN

@@ -21,6 +21,7 @@ import pytest
 from apps.orders import oracle
 from apps.orders.pipeline import (
     APPLICATION_ID,
+    CATEGORY_TOPICS,
     GRACE,
     HOURLY_TOPIC,
     ITEMS_TOPIC,
@@ -31,8 +32,10 @@ from apps.orders.pipeline import (
     USERS_TOPIC,
     WINDOW,
 )
+from apps.orders.protection import LINE_FIELDS, REJECTED_FIELDS, load_encryption
 from streaming.admin import create_topics
 from streaming.broker import EmbeddedBroker
+from streaming.encryption import is_encrypted
 from streaming.serdes import Serdes
 from streaming.testing import generators
 from streaming.testing.kafka import group_lag, produce, produce_paced, read_topic, wait_for
@@ -65,7 +68,7 @@ def test_two_workers_one_killed_mid_run_give_the_oracles_hourly_buyers(bootstrap
                                                                        tmp_path: Path) -> None:
     bootstrap = bootstrap_of_own_broker
     create_topics(bootstrap, {topic: PARTITIONS for topic in (ORDERS_TOPIC, USERS_TOPIC, ITEMS_TOPIC, REJECTED_TOPIC,
-                                                               LINES_TOPIC, LATE_LINES_TOPIC, HOURLY_TOPIC)})
+                                                               LINES_TOPIC, LATE_LINES_TOPIC, HOURLY_TOPIC, *CATEGORY_TOPICS)})
     catalog_from = generators.ORDERS_START_MS - 24 * WINDOW_MS  # users and items exist before the orders
     users, items = generators.users(60, seed=5, start_ms=catalog_from), generators.items(40, seed=5, start_ms=catalog_from)
     orders = generators.orders(4000, seed=5, users=60, items=40, catalog_seed=5, step_ms=10_000,
@@ -130,5 +133,14 @@ def test_two_workers_one_killed_mid_run_give_the_oracles_hourly_buyers(bootstrap
     rejected = outputs[REJECTED_TOPIC]
     assert {r.value["order"]["order_id"] for r in rejected} == \
         {o.value["order_id"] for o in first_copies if o.defect is not None}
-    assert all(r.value["reason"] and set(r.value["order"]["card_number"][:-4]) <= {"*"} for r in rejected)
+    assert all(r.value["reason"] and set(r.value["order"]["card_masked"][:-4]) == {"*"} for r in rejected)
+    # Encrypted in what the workers wrote, and readable with the key (a replay re-encrypts: compared in clear).
+    encryption, sent = load_encryption(), {o.value["order_id"]: o.value for o in first_copies}
+    for record in rejected:
+        assert all(is_encrypted(record.value["order"][f]) for f in ("card_number", "address", "phone"))
+        clear = encryption.decrypt_fields(record.value, REJECTED_FIELDS)["order"]
+        assert clear["card_number"] == sent[clear["order_id"]]["card_number"]
+    for record in outputs[LINES_TOPIC]:
+        clear = encryption.decrypt_fields(record.value, LINE_FIELDS)
+        assert (clear["address"], clear["phone"]) == (sent[clear["order_id"]]["address"], sent[clear["order_id"]]["phone"])
 

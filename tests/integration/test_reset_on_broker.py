@@ -44,10 +44,9 @@ from apps.orders import topology as orders_topology
 from apps.orders.pipeline import (
     HOURLY_TOPIC,
     ITEMS_TOPIC,
-    LATE_LINES_TOPIC,
     LINES_TOPIC,
     ORDERS_TOPIC,
-    REJECTED_TOPIC,
+    OUTPUT_TOPICS,
     USERS_TOPIC,
     WINDOW,
 )
@@ -78,7 +77,7 @@ PARTITIONS = 4
 # cover how unevenly partitions are read), not the reset's: on one partition the rerun reads its backlog in
 # offset order and its windows are comparable (platform/runbooks/reset.md, "Windows after a reset").
 ORDERS_PARTITIONS = 1
-ORDERS_TOPICS = (ORDERS_TOPIC, USERS_TOPIC, ITEMS_TOPIC, REJECTED_TOPIC, LINES_TOPIC, LATE_LINES_TOPIC, HOURLY_TOPIC)
+ORDERS_TOPICS = (ORDERS_TOPIC, USERS_TOPIC, ITEMS_TOPIC, *OUTPUT_TOPICS)
 ORDERS_REPARTITION = tuple(f"orders-{name}-repartition" for name in ("lines-by-item-left", "lines-by-region"))
 ORDERS_CONSUMED = [ORDERS_TOPIC, USERS_TOPIC, ITEMS_TOPIC, *ORDERS_REPARTITION]
 String, Json, Long = Serdes.String(), Serdes.Json(), Serdes.Long()

@@ -12,9 +12,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from apps.orders import (
+    CATEGORY_TOPICS,
     HOURLY_TOPIC,
     ITEMS_TOPIC,
     LATE_LINES_TOPIC,
@@ -23,7 +25,8 @@ from apps.orders import (
     REJECTED_TOPIC,
     USERS_TOPIC,
 )
-from apps.orders.validation import item_lines, rejection_reason
+from apps.orders.records import Order
+from apps.orders.validation import rejection_reason
 from streaming.admin import create_topics
 from streaming.serdes import Serdes
 from streaming.testing import generators
@@ -51,7 +54,7 @@ def free_port() -> int:
 
 def test_worker_processes_then_stops_cleanly_on_sigterm(bootstrap: str, unique_name: str, tmp_path: Path) -> None:
     create_topics(bootstrap, {topic: 4 for topic in (ORDERS_TOPIC, USERS_TOPIC, ITEMS_TOPIC, LINES_TOPIC, REJECTED_TOPIC,
-                                                   LATE_LINES_TOPIC, HOURLY_TOPIC)})
+                                                   LATE_LINES_TOPIC, HOURLY_TOPIC, *CATEGORY_TOPICS)})
     before = {p: 0 for p in range(4)}
     existing = read_topic(bootstrap, ORDERS_TOPIC, Serdes.String(), Serdes.Json(), 4)
     for record in existing:  # the topic may hold another test's orders: count only ours
@@ -72,10 +75,10 @@ def test_worker_processes_then_stops_cleanly_on_sigterm(bootstrap: str, unique_n
             process.kill()
     log = (tmp_path / "worker.log").read_text()
     assert "received SIGTERM, closing" in log and "worker stopped" in log
-    ours = {o.value["order_id"] for o in orders if rejection_reason(o.key, o.value) is None}
+    ours = {o.value["order_id"] for o in orders if rejection_reason(o.key, msgspec.convert(o.value, Order)) is None}
     lines = [r for r in read_topic(bootstrap, LINES_TOPIC, Serdes.String(), Serdes.Json(), 4)
              if r.value["order_id"] in ours]
-    assert len(lines) == sum(len(item_lines(o.value)) for o in orders if o.value["order_id"] in ours)
+    assert len(lines) == sum(len(o.value["items"]) for o in orders if o.value["order_id"] in ours)
 
 
 def test_worker_rejects_an_unknown_config_key_before_starting(bootstrap: str, unique_name: str,
@@ -88,7 +91,7 @@ def test_worker_rejects_an_unknown_config_key_before_starting(bootstrap: str, un
 def test_worker_logs_json_lines_without_secrets_and_serves_metrics(bootstrap: str, unique_name: str,
                                                                    tmp_path: Path) -> None:
     create_topics(bootstrap, {topic: 4 for topic in (ORDERS_TOPIC, USERS_TOPIC, ITEMS_TOPIC, LINES_TOPIC, REJECTED_TOPIC,
-                                                   LATE_LINES_TOPIC, HOURLY_TOPIC)})
+                                                   LATE_LINES_TOPIC, HOURLY_TOPIC, *CATEGORY_TOPICS)})
     metrics_port, query_port = free_port(), free_port()
     token = "s3cret-query-token-7731"
     log_path = tmp_path / "worker.log"

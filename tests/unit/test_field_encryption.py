@@ -90,6 +90,18 @@ def test_nonces_are_random_so_equal_values_compare_only_decrypted() -> None:
 
 
 @pytest.mark.usefixtures("keys_in_env")
+def test_decrypt_found_decrypts_every_encrypted_field_by_its_path_and_leaves_the_rest() -> None:
+    encryption = v2()
+    written = encryption.encrypt_fields(v1().encrypt_fields(ORDER, ["card_number"]), ["customer.email"])
+    assert encrypted_key_id(written["card_number"]) == "k1" and encrypted_key_id(written["customer"]["email"]) == "k2"
+    assert encryption.decrypt_found(written) == ORDER
+    assert encryption.decrypt_found([1, "enc:v1:k1:AAAA"]) == [1, "enc:v1:k1:AAAA"]  # not a field: left alone
+    moved = {**written, "other": written["card_number"]}  # a value copied to another field fails to authenticate
+    with pytest.raises(DecryptionError, match="field 'other' with key id 'k1'"):
+        encryption.decrypt_found(moved)
+
+
+@pytest.mark.usefixtures("keys_in_env")
 def test_absent_fields_and_tombstones_pass_through() -> None:
     encryption = v1()
     assert encryption.encrypt_fields(None, FIELDS) is None and encryption.decrypt_fields(None, FIELDS) is None

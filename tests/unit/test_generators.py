@@ -9,7 +9,7 @@ import pytest
 
 from streaming import StreamsBuilder
 from streaming.testing import GeneratedRecord, TopologyTestDriver, disordered_timestamps, items, orders, users, words
-from streaming.testing.generators import DEFAULT_VOCABULARY, DEFECTS, ORDERS_START_MS, REGIONS
+from streaming.testing.generators import CATEGORIES, DEFAULT_VOCABULARY, DEFECTS, ORDERS_START_MS, REGIONS
 
 
 def behind_max(records: list[Any], lateness_ms: int | None = None) -> tuple[int, int]:
@@ -159,11 +159,13 @@ def test_users_and_items_tables() -> None:
     user_records = users(12)
     assert [r.key for r in user_records[:2]] == ["user-000", "user-001"]
     for record in user_records:
-        assert set(record.value) == {"name", "region"} and record.value["region"] in REGIONS
+        assert set(record.value) == {"name", "region", "address", "phone"} and record.value["region"] in REGIONS
+        assert record.value["phone"].startswith("+1-555-") and "," in record.value["address"]
         assert record.timestamp == ORDERS_START_MS
     item_records = items(8, regions=("north", "south"))
     for record in item_records:
-        assert set(record.value) == {"name", "region", "price"} and record.value["region"] in ("north", "south")
+        assert set(record.value) == {"name", "region", "price", "category"}
+        assert record.value["region"] in ("north", "south") and record.value["category"] in CATEGORIES
         assert record.value["price"] > 0
 
 
@@ -174,15 +176,19 @@ def test_orders_fields() -> None:
     assert len({r.value["order_id"] for r in records}) == 500
     for record in records:
         order = record.value
-        assert set(order) == {"order_id", "user", "items", "amount", "region", "card_number", "ts"}
+        assert set(order) == {"order_id", "user", "items", "amount", "region", "card_number", "address", "phone",
+                              "ts"}
+        assert (order["address"], order["phone"]) == (user_table[order["user"]]["address"],
+                                                      user_table[order["user"]]["phone"])
         assert record.key == order["user"] and order["user"] in user_table
         assert order["region"] == user_table[order["user"]]["region"]
         assert order["ts"] == record.timestamp
         assert 1 <= len(order["items"]) <= 3
         assert len({line["item"] for line in order["items"]}) == len(order["items"])
         for line in order["items"]:
-            assert set(line) == {"item", "qty", "price"}
+            assert set(line) == {"item", "qty", "price", "category"}
             assert line["item"] in item_table and line["price"] == item_table[line["item"]]["price"]
+            assert line["category"] == item_table[line["item"]]["category"]
             assert 1 <= line["qty"] <= 4
         assert order["amount"] == round(sum(line["qty"] * line["price"] for line in order["items"]), 2)
         assert len(order["card_number"]) == 16 and order["card_number"].isdigit()

@@ -10,17 +10,22 @@ import pytest
 
 from apps.orders import oracle
 from apps.orders.pipeline import (
+    CATEGORIES,
+    CATEGORY_TOPIC_PREFIX,
     HOURLY_TOPIC,
     ITEMS_TOPIC,
     LATE_LINES_TOPIC,
     LINES_TOPIC,
     ORDERS_TOPIC,
+    OUTPUT_TOPICS,
     REJECTED_TOPIC,
     USERS_TOPIC,
     WINDOW,
     topology,
 )
+from apps.orders.protection import load_encryption
 from streaming import Serdes
+from streaming.encryption import is_encrypted
 from streaming.testing import GeneratedRecord, TopologyTestDriver, generators
 
 String, Json = Serdes.String(), Serdes.Json()
@@ -38,7 +43,7 @@ def run(orders: list[GeneratedRecord], users: list[GeneratedRecord], items: list
             for record in records:
                 source.pipe_input(record.key, record.value, timestamp=record.timestamp)
         outputs = {topic: driver.create_output_topic(topic, String, Json).read_records_to_list()
-                   for topic in (REJECTED_TOPIC, LINES_TOPIC, LATE_LINES_TOPIC, HOURLY_TOPIC)}
+                   for topic in OUTPUT_TOPICS}
         return outputs, driver.metrics()
 
 
@@ -71,12 +76,34 @@ def test_hourly_local_buyers_equal_the_oracle_over_generated_orders(seed: int) -
     assert all(r.value["reason"] for r in rejected)
 
     valid = [o for o in first_copies if o.defect is None]
+    assert CATEGORIES == generators.CATEGORIES
+    assert all(outputs[CATEGORY_TOPIC_PREFIX + c] for c in CATEGORIES), "every category has lines"
     lines = outputs[LINES_TOPIC]
     assert sorted((r.value["order_id"], r.value["item"]) for r in lines) == \
         sorted((o.value["order_id"], line["item"]) for o in valid for line in o.value["items"])
     assert all(r.key == r.value["user"] for r in lines)
     assert not any("card_number" in r.value for r in lines), "lines carry no card number"
-    assert all(set(r.value["order"]["card_number"][:-4]) <= {"*"} for r in rejected), "card numbers masked"
+    # Sensitive fields: encrypted in every output, readable with the key; the card also masked for people.
+    encryption = load_encryption()
+    sent = {o.value["order_id"]: o.value for o in invalid}
+    for record in rejected:
+        order, clear = record.value["order"], sent[record.value["order"]["order_id"]]
+        assert all(is_encrypted(order[field]) for field in ("card_number", "address", "phone"))
+        decrypted = encryption.decrypt_fields(record.value, ["order.card_number", "order.address", "order.phone"])
+        assert [decrypted["order"][f] for f in ("card_number", "address", "phone")] == \
+            [clear["card_number"], clear["address"], clear["phone"]]
+        assert order["card_masked"] == "*" * 12 + clear["card_number"][-4:]
+    contact = {o.value["order_id"]: (o.value["address"], o.value["phone"]) for o in valid}
+    for record in lines:
+        assert is_encrypted(record.value["address"]) and is_encrypted(record.value["phone"])
+        decrypted = encryption.decrypt_fields(record.value, ["address", "phone"])
+        assert (decrypted["address"], decrypted["phone"]) == contact[record.value["order_id"]]
+    # Each line also in its category's topic, and only there.
+    category_of = {item.key: item.value["category"] for item in items}
+    for category in generators.CATEGORIES:
+        routed = outputs[CATEGORY_TOPIC_PREFIX + category]
+        assert sorted((r.value["order_id"], r.value["item"]) for r in routed) == \
+            sorted((r.value["order_id"], r.value["item"]) for r in lines if category_of[r.value["item"]] == category)
 
     duplicates = sum(o.duplicate for o in orders)
     assert duplicates > 100

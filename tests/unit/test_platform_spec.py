@@ -68,7 +68,8 @@ def test_rule_columns_are_checked_against_the_topic() -> None:
     assert problems(check="freshness", max_age_minutes=5) == []
     assert "has no column 'qtty'" in problems(check="not_null", columns=["qtty"])[0]
     assert "range needs a numeric column" in problems(check="range", columns=["region"], max=3)[0]
-    assert "cannot be required absent" in problems(check="absent", columns=["qty"])[0]
+    assert "absent checks a string column" in problems(check="absent", columns=["qty"])[0]
+    assert problems(check="absent", columns=["region"]) == []  # a declared string: never in clear
     assert "freshness needs the timestamp" in problems(check="freshness", columns=["region"], max_age_minutes=1)[0]
     assert "baseline topic 'u' is not declared" in problems(check="row_count", baseline="u", min_ratio=1)[0]
     topics["scalar"] = TopicSpec(partitions=1, value="long")

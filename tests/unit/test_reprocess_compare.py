@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import date
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -71,3 +72,20 @@ def test_reprocessed_records_reads_a_days_raw_records_by_partition_and_offset(tm
         (None, b"a", 1), (b"k0", b"b", 2), (b"k1", b"c", 1_700_000_000_123)]
     with pytest.raises(FileNotFoundError, match="no reprocessed day 2023-11-15"):
         reprocessed_records(tmp_path, "orders", "order-lines", [date(2023, 11, 15)])
+
+
+def test_encrypted_values_compare_by_their_clear_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    from apps.orders.protection import ClearJsonSerde
+    from streaming.encryption import FieldEncryption
+
+    monkeypatch.setenv("BROOK_TEST_COMPARE_KEY", FieldEncryption.generate_key())
+    encryption = FieldEncryption({"k1": "${env:BROOK_TEST_COMPARE_KEY}"}, active_key_id="k1")
+    clear = ClearJsonSerde(encryption)
+
+    def written(phone: str) -> bytes:
+        return orjson.dumps(encryption.encrypt_fields({"order_id": "o-1", "phone": phone}, ["phone"]))
+
+    batch, live = [(b"u", written("+1-555"), 10)], [(b"u", written("+1-555"), 10)]
+    assert batch != live and not compare_outputs(batch, live, "t").equal  # random nonces
+    assert compare_outputs(batch, live, "t", clear_value=clear.clear_bytes).equal
+    assert not compare_outputs([(b"u", written("+1-556"), 10)], live, "t", clear_value=clear.clear_bytes).equal
