@@ -5,7 +5,6 @@ value, headers and timestamp, and the offsets of shed records committed."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 
