@@ -5,7 +5,8 @@ Built from small modules: the platform spec (``platform_spec``, checked against 
 changelog compaction into snapshots (``compaction``), the daily topic archive (``archive``), Great
 Expectations checks on it (``quality``), each app reprocessed in batch over the archive (``reprocess``), the
 schedules (``automation``), the changelog-growth compaction sensor (``compaction_growth``), the recompute sensor and the daily reprocess schedule (``reprocess.automation``) and
-a reset job per app (``reset``) and a scaling job per app (``scaling``).
+a reset job per app (``reset``), a scaling job per app (``scaling``) and an idle-source alert sensor and job per
+app (``idle_alerts``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from assets.archive.assets import archive_assets
 from assets.automation import automation_schedules
 from assets.compaction import compaction_asset_key, compaction_assets
 from assets.compaction_growth import growth_sensor
+from assets.idle_alerts import idle_alert_definitions
 from assets.platform_spec import find_spec_path, load_platform_spec
 from assets.quality import quality_checks, undecodable_checks
 from assets.reprocess import reprocess_assets, reprocess_checks
@@ -55,3 +57,5 @@ defs = dg.Definitions(
 
 # Application resets (``reset``): a job ``reset_<app>`` per app, each recorded as ``resets/<app>``.
 defs = dg.Definitions.merge(defs, reset_definitions(platform_spec), scale_definitions(platform_spec))
+# Idle sources (``idle_alerts``): per app, the sensor ``idle_alerts_<app>`` fails a run of ``idle_alert_<app>``.
+defs = dg.Definitions.merge(defs, idle_alert_definitions(platform_spec))

@@ -28,6 +28,9 @@ from streaming.topic_generations import check_generations
 
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE_V2 = "exactly_once_v2"
+#: processing.overflow.policy: wait for input beyond the rate limit, or drop it.
+BACKPRESSURE = "backpressure"
+SHED = "shed"
 
 CLIENT_PREFIXES = ("consumer.", "producer.", "admin.")
 SECURITY_KEYS = re.compile(r"^(security\.protocol|sasl\.[a-z.]+|ssl\.[a-z.]+|client\.id)$")
@@ -202,6 +205,14 @@ KEYS: dict[str, _Key] = {
     "max.poll.processing.ms": _Key(_int(0), 1000),
     "processing.rate.limit.records": _Key(_int(0), 0),
     "processing.rate.limit.bytes": _Key(_int(0), 0),
+    # What happens to input beyond the rate limit (README "Load shedding"): ``backpressure`` waits for it
+    # (nothing lost, lag grows); ``shed`` drops it, counted per partition, logged with offsets, and with
+    # ``processing.overflow.shed.divert`` written to ``<application.id>-shed`` (streaming/runtime/load_shedding.py).
+    "processing.overflow.policy": _Key(_choice(BACKPRESSURE, SHED), BACKPRESSURE),
+    "processing.overflow.shed.divert": _Key(_boolean, False),
+    # The idle watchdog (streaming/runtime/idle_watchdog.py): a source topic whose assigned partitions get no
+    # record for this long is reported idle to <application.id>-alerts and brook_source_idle (0: off).
+    "processing.idle.timeout.ms": _Key(_int(0), 0),
     "application.server": _Key(_host_port, ""),
     # A name for this instance that stays the same across its restarts (a host name, a pod name). It makes
     # the ids the instance's clients present stable: static membership (``group.instance.id``) and the
@@ -279,11 +290,23 @@ class StreamsConfig:
         if self._values["static.membership"] and not self._values["instance.name"]:
             raise ConfigError("config key 'static.membership' needs 'instance.name': the group.instance.id of each "
                               "stream thread is made from it")
+        self._check_overflow_settings()
         if self._values["commit.interval.ms"] is None:
             self._values["commit.interval.ms"] = 100 if self.exactly_once else 30000
         if self.exactly_once:
             self._check_exactly_once_settings()
         self._check_client_settings()
+
+    def _check_overflow_settings(self) -> None:
+        """``shed`` needs a rate limit to shed beyond, and a divert needs ``shed``; both errors name the keys."""
+        policy = self._values["processing.overflow.policy"]
+        if policy == SHED and not (self._values["processing.rate.limit.records"]
+                                   or self._values["processing.rate.limit.bytes"]):
+            raise ConfigError("config key 'processing.overflow.policy'='shed' needs a rate limit to shed beyond: set "
+                              "'processing.rate.limit.records' (or 'processing.rate.limit.bytes') above 0")
+        if self._values["processing.overflow.shed.divert"] and policy != SHED:
+            raise ConfigError("config key 'processing.overflow.shed.divert' needs "
+                              "'processing.overflow.policy'='shed' (it diverts what is shed)")
 
     def _check_exactly_once_settings(self) -> None:
         """Client settings that would break ``exactly_once_v2`` are refused, naming the key."""

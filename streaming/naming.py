@@ -6,7 +6,8 @@ Kafka Streams names its internal topics ``<application.id>-<store>-changelog``,
 ``<application.id>-<join>-subscription-registration-topic`` and
 ``<application.id>-<join>-subscription-response-topic``; Brook adds ``<application.id>-metadata``
 (which instances run, and their assignments), ``<application.id>-epoch`` (the reset epoch),
-``<application.id>-dlq`` (dead letters), ``<application.id>-dlq-replayed`` (dead letters replayed) and
+``<application.id>-dlq`` (dead letters), ``<application.id>-dlq-replayed`` (dead letters replayed),
+``<application.id>-shed`` (records shed beyond the rate limit), ``<application.id>-alerts`` (idle-source alerts) and
 ``<application.id>-<subtopology>-stream-time`` (the stream time of a stateful sub-topology's tasks, which
 Kafka Streams keeps in the offset commit's metadata only). ``assets/`` and ``bench/`` build these names from here, never by hand.
 
@@ -106,6 +107,18 @@ def replayed_dead_letters_topic(application_id: str) -> str:
     """Where ``brook dlq replay`` records the dead letters it replayed: ``<application.id>-dlq-replayed`` (keyed by
     the dead letter's partition and offset, so it goes with the dead-letter topic it describes)."""
     return f"{dead_letter_topic(application_id)}-replayed"
+
+
+def shed_topic(application_id: str) -> str:
+    """Where ``processing.overflow.shed.divert`` writes the input records shed beyond the rate limit:
+    ``<application.id>-shed``."""
+    return f"{application_id}-shed"
+
+
+def alerts_topic(application_id: str) -> str:
+    """Where the idle watchdog (``processing.idle.timeout.ms``) writes its ``idle`` and ``resumed`` alerts:
+    ``<application.id>-alerts``."""
+    return f"{application_id}-alerts"
 
 
 STREAM_TIME_SUFFIX = "-stream-time"

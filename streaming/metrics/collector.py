@@ -54,6 +54,15 @@ class BackpressureSample:
 
 
 @dataclass(frozen=True)
+class IdleSample:
+    """A source topic the idle watchdog watches (``processing.idle.timeout.ms``)."""
+
+    topic: str
+    idle: bool
+    idle_seconds: float  # since the topic's last activity (a record arrived or was processed)
+
+
+@dataclass(frozen=True)
 class ThreadSample:
     """What one stream thread reports."""
 
@@ -71,6 +80,8 @@ class ThreadSample:
     restored: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (store, topic, partition) -> records
     restores: list[RestoreSample] = field(default_factory=list)
     backpressure: BackpressureSample = field(default_factory=BackpressureSample)
+    shed: dict[TopicPartition, int] = field(default_factory=dict)  # records shed beyond the rate limit
+    idle: list[IdleSample] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,7 @@ class StreamsCollector(Collector):
         yield from _task_families(app, sample.threads)
         yield from _restore_families(app, sample.threads)
         yield from _backpressure_families(app, sample.threads)
+        yield from _overflow_families(app, sample.threads)
 
 
 def _instance_families(sample: InstanceSample) -> Iterator[Metric]:
@@ -197,6 +209,24 @@ def _backpressure_families(app: str, threads: list[ThreadSample]) -> Iterator[Me
         for attribute, family in families.items():
             family.add_metric([app, thread.name], getattr(thread.backpressure, attribute))
     yield from families.values()
+
+
+def _overflow_families(app: str, threads: list[ThreadSample]) -> Iterator[Metric]:
+    """Load shedding and the idle watchdog (README "Load shedding", "Idle sources")."""
+    labels = ["application_id", "thread"]
+    shed = CounterMetricFamily("brook_shed_records", "Input records shed beyond the rate limit "
+                               "(processing.overflow.policy=shed)", labels=[*labels, "topic", "partition"])
+    idle = GaugeMetricFamily("brook_source_idle", "1 while a source topic got no record for "
+                             "processing.idle.timeout.ms, else 0", labels=[*labels, "topic"])
+    idle_seconds = GaugeMetricFamily("brook_source_idle_seconds", "Time since a watched source topic last got or "
+                                     "processed a record", labels=[*labels, "topic"])
+    for thread in threads:
+        for (topic, partition), records in sorted(thread.shed.items()):
+            shed.add_metric([app, thread.name, topic, str(partition)], records)
+        for sample in thread.idle:
+            idle.add_metric([app, thread.name, sample.topic], 1 if sample.idle else 0)
+            idle_seconds.add_metric([app, thread.name, sample.topic], sample.idle_seconds)
+    yield from (shed, idle, idle_seconds)
 
 
 def _bound(bound: float) -> str:

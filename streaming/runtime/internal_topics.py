@@ -1,6 +1,7 @@
 """InternalTopicManager: creates the topics the runtime owns — changelogs, repartition topics, the stream-time
-topics of stateful sub-topologies and the dead-letter topic. Each by its physical name: at the generation the
-topology is bound with (:mod:`streaming.topic_generations`; the dead-letter topic has none)."""
+topics of stateful sub-topologies, the dead-letter topic, and the shed and alerts topics of load shedding and
+the idle watchdog. Each by its physical name: at the generation the topology is bound with
+(:mod:`streaming.topic_generations`; the dead-letter, shed and alerts topics have none)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 
 from streaming.admin import TopicError, create_topics
 from streaming.errors import StreamsError
-from streaming.naming import changelog_topic, dead_letter_topic
+from streaming.naming import alerts_topic, changelog_topic, dead_letter_topic, shed_topic
 from streaming.runtime.stream_time import stream_time_topics
 from streaming.topology.nodes import SinkNodeDef
 from streaming.topology.topology import Topology
@@ -19,6 +20,10 @@ log = logging.getLogger(__name__)
 #: The dead-letter topic's partitions: dead letters are few, and one partition keeps them in the order
 #: they were written (``brook dlq replay`` replays in that order).
 DEAD_LETTER_PARTITIONS = 1
+#: The alerts topic's partitions: a few alerts, read in order by the Dagster sensor (assets/idle_alerts.py).
+ALERTS_PARTITIONS = 1
+#: How long alerts are kept (set explicitly: the embedded broker reports only configs set at creation).
+ALERTS_RETENTION_MS = 7 * 24 * 3600 * 1000
 
 
 def internal_topic_partitions(topology: Topology, application_id: str, counts: dict[str, int]) -> dict[str, int]:
@@ -99,16 +104,20 @@ class InternalTopicSpec:
     name: str
     kind: str
     """``changelog``, ``repartition`` (also a foreign-key join's subscription and response topics),
-    ``stream-time`` or ``dead-letters``."""
+    ``stream-time``, ``dead-letters``, ``shed`` or ``alerts``."""
     partitions: int
     configs: dict[str, str]
 
 
 def internal_topic_specs(topology: Topology, application_id: str, counts: dict[str, int],
-                         dead_letters: bool = False) -> dict[str, InternalTopicSpec]:
+                         dead_letters: bool = False, shed: bool = False,
+                         alerts: bool = False) -> dict[str, InternalTopicSpec]:
     """Every internal topic of ``topology`` (bound to ``application_id``), sized from the partition counts
     ``counts`` of its external topics (:func:`internal_topic_partitions`), with the configs it is created with.
-    ``dead_letters``: also the dead-letter topic ``<application.id>-dlq`` (one partition, delete policy)."""
+    ``dead_letters``: also the dead-letter topic ``<application.id>-dlq`` (one partition, delete policy).
+    ``shed``: also ``<application.id>-shed`` (as many partitions as the most partitioned source topic, so a shed
+    record keeps its source partition's order; delete policy). ``alerts``: also ``<application.id>-alerts``
+    (one partition, delete policy, :data:`ALERTS_RETENTION_MS`)."""
     wanted = internal_topic_partitions(topology, application_id, counts)
     kinds: dict[str, tuple[str, dict[str, str]]] = {}
     for store, builder in topology.store_builders.items():
@@ -122,14 +131,23 @@ def internal_topic_specs(topology: Topology, application_id: str, counts: dict[s
     if dead_letters:
         wanted[dead_letter_topic(application_id)] = DEAD_LETTER_PARTITIONS
         kinds[dead_letter_topic(application_id)] = ("dead-letters", {"cleanup.policy": "delete"})
+    if shed:
+        wanted[shed_topic(application_id)] = max(
+            [counts[t] for t in topology.source_topics if t in counts and t not in topology.internal_topics] or [1])
+        kinds[shed_topic(application_id)] = ("shed", {"cleanup.policy": "delete"})
+    if alerts:
+        wanted[alerts_topic(application_id)] = ALERTS_PARTITIONS
+        kinds[alerts_topic(application_id)] = ("alerts", {"cleanup.policy": "delete",
+                                                          "retention.ms": str(ALERTS_RETENTION_MS)})
     return {topic: InternalTopicSpec(topic, kinds[topic][0], count, kinds[topic][1]) for topic, count in wanted.items()}
 
 
 def create_internal_topics(topology: Topology, application_id: str, admin_config: dict[str, str],
-                           counts: dict[str, int], dead_letters: bool = False) -> dict[str, int]:
+                           counts: dict[str, int], dead_letters: bool = False, shed: bool = False,
+                           alerts: bool = False) -> dict[str, int]:
     """Create (or check) every internal topic; an existing one with another partition count is an error.
-    ``dead_letters``: also the dead-letter topic ``<application.id>-dlq`` (one partition, delete policy)."""
-    specs = internal_topic_specs(topology, application_id, counts, dead_letters)
+    ``dead_letters``, ``shed``, ``alerts``: also those topics (see :func:`internal_topic_specs`)."""
+    specs = internal_topic_specs(topology, application_id, counts, dead_letters, shed, alerts)
     wanted = {topic: spec.partitions for topic, spec in specs.items()}
     if not wanted:
         return wanted

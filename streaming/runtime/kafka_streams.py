@@ -181,7 +181,9 @@ class KafkaStreams:
             self._use_reset_epoch(counts)
             counts.update(create_internal_topics(self.topology, self.config.application_id,
                                                  self.config.admin_config(), counts,
-                                                 dead_letters=uses_dead_letters(self.config)))
+                                                 dead_letters=uses_dead_letters(self.config),
+                                                 shed=self.config["processing.overflow.shed.divert"],
+                                                 alerts=self.config["processing.idle.timeout.ms"] > 0))
             topology = self._start_global_stream_thread(counts)  # global tables are complete before processing
             self._start_interactive_queries(counts, topology.global_state_stores)
             self._start_metrics_endpoint()

@@ -11,14 +11,16 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from streaming.config import StreamsConfig
+from streaming.config import SHED, StreamsConfig
 from streaming.errors import ProducerFatalError, StreamsError, TaskCorruptedError, TaskMigratedError
 from streaming.metrics.collector import BackpressureSample, TaskSample, ThreadSample
 from streaming.metrics.histogram import Histogram
-from streaming.naming import dead_letter_topic, is_stream_time_topic, store_of_changelog
+from streaming.naming import alerts_topic, dead_letter_topic, is_stream_time_topic, shed_topic, store_of_changelog
 from streaming.runtime.changelog_reader import StateRestoreListener, StoreChangelogReader
 from streaming.runtime.dead_letters import DeadLetterWriter
 from streaming.runtime.error_handlers import configured_handlers
+from streaming.runtime.idle_watchdog import IdleWatchdog
+from streaming.runtime.load_shedding import LoadShedder
 from streaming.runtime.rate_limit import thread_rate_limiter
 from streaming.runtime.record_collector import KafkaRecordCollector
 from streaming.runtime.snapshots import SnapshotSource
@@ -82,10 +84,11 @@ class StreamThread(threading.Thread):
         static = {"group.instance.id": group_instance_id} if group_instance_id else {}  # static membership
         self.consumer = Consumer({**config.consumer_config(), **static})
         dlq = dead_letter_topic(config.application_id)
+        shed, alerts = shed_topic(config.application_id), alerts_topic(config.application_id)
         self.collector = KafkaRecordCollector(
             lambda on_delivery_error: streams_producer(config, self.consumer, on_delivery_error, index,
                                                         process_id), self.admin,
-            always_fail=lambda topic: topic == dlq
+            always_fail=lambda topic: topic in (dlq, shed, alerts)
             or store_of_changelog(config.application_id, topology.generations.logical(topic)) is not None
             or is_stream_time_topic(config.application_id, topology.generations.logical(topic)))
         self.errors = self.collector.errors = configured_handlers(
@@ -107,6 +110,12 @@ class StreamThread(threading.Thread):
         self._round_seconds = self._round_records = 0.0  # decayed sums behind the time per record (_size_chunk)
         self._rate_limiter = thread_rate_limiter(config["processing.rate.limit.records"],
                                                  config["processing.rate.limit.bytes"], config["num.stream.threads"])
+        self._shedder = self._load_shedder(partition_counts or {}) \
+            if config["processing.overflow.policy"] == SHED else None
+        self._watchdog = IdleWatchdog(
+            config.application_id, name, config["processing.idle.timeout.ms"],
+            set(topology.source_topics) - set(topology.internal_topics), self.collector.send, alerts) \
+            if config["processing.idle.timeout.ms"] else None
         self.backpressure_pauses = 0  # partitions paused because their buffer was full
         self.backpressure_resumes = 0
         self.time_cap_hits = 0  # loop iterations that stopped processing at max.poll.processing.ms
@@ -119,6 +128,15 @@ class StreamThread(threading.Thread):
         self.process_latency = Histogram()  # per loop iteration that processed records
         self.e2e_latency = Histogram()  # per such iteration, its last record: its timestamp to the end of processing
         self.lag: dict[tuple[str, int], int] = {}  # per input partition, refreshed every LAG_INTERVAL_MS
+
+    def _load_shedder(self, partition_counts: dict[str, int]) -> LoadShedder:
+        """``processing.overflow.policy=shed``: the shedder over this thread's rate limit (the config check made
+        sure there is one), diverting to ``<application.id>-shed`` if ``processing.overflow.shed.divert``."""
+        assert self._rate_limiter is not None
+        topic = shed_topic(self.config.application_id)
+        divert = (self.collector.send, topic, partition_counts.get(topic, 1)) \
+            if self.config["processing.overflow.shed.divert"] else None
+        return LoadShedder(self._rate_limiter, divert)
 
     def _uncommitted_inputs(self, topic: str) -> str:
         """What the error of a failed delivery to ``topic`` adds: the input records it may be the output of, those
@@ -183,6 +201,8 @@ class StreamThread(threading.Thread):
         next_lag = 0
         task_of = self.tasks.task_of
         limiter = self._rate_limiter
+        shedder = self._shedder  # under shed, the limit drops what is over it rather than waiting for it
+        watchdog = self._watchdog
         intake = max_records  # records the next poll may take (see _process_buffered)
         backlog = False  # records left buffered by the last iteration: poll without waiting
         while not self._stopping.is_set():
@@ -197,7 +217,7 @@ class StreamThread(threading.Thread):
             else:
                 self.tasks.catch_up_standbys(max_records * 5)
             busy = backlog or self.tasks.restoring
-            take = intake if limiter is None else self._throttle(intake, poll_seconds, busy)
+            take = intake if limiter is None or shedder is not None else self._throttle(intake, poll_seconds, busy)
             # What is fetched already, at once; only when there is nothing (and nothing waits), wait up to poll.ms
             # for the first record. (consume(n, timeout) waits until it has n records or the timeout passed: at a
             # low rate every batch would wait the whole poll.ms.)
@@ -205,7 +225,9 @@ class StreamThread(threading.Thread):
             if not messages and not busy:
                 messages = consume(1, poll_seconds)
             if messages:
-                if limiter is not None:
+                if shedder is not None:
+                    messages = shedder.admit(messages, task_of)
+                elif limiter is not None:
                     limiter.charge(messages)
                 self._dispatch(messages, task_of)
             started = time.perf_counter()
@@ -218,10 +240,14 @@ class StreamThread(threading.Thread):
                 self._pause_full()
             if self._paused:
                 self._resume_drained()
+            if shedder is not None:
+                shedder.settle(task_of)
             self.collector.poll()
             now = wall_clock_ms()
             if now >= next_lag:
                 self._update_lag()
+                if watchdog is not None:
+                    watchdog.check(now, task_of, self._end_offset)
                 next_lag = now + LAG_INTERVAL_MS
             self.tasks.punctuate_wall_clock(now)
             if now >= next_commit or self.tasks.commit_requested():
@@ -562,6 +588,11 @@ class StreamThread(threading.Thread):
             lag[tp] = max(watermarks[1] - next_offset, 0)
         self.lag = lag
 
+    def _end_offset(self, tp: tuple[str, int]) -> int | None:
+        """The high watermark of ``tp``'s last fetch (None: not fetched since the assignment)."""
+        watermarks = self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
+        return None if watermarks is None or watermarks[1] < 0 else watermarks[1]
+
     def metrics_sample(self) -> ThreadSample:
         """This thread's counters for the metrics collector (called from the scraping thread: copies only)."""
         tasks = list(self.tasks.tasks.values())
@@ -573,7 +604,9 @@ class StreamThread(threading.Thread):
             tasks={"active": active, "restoring": len(tasks) - active, "standby": len(self.tasks.standby)},
             lag=dict(self.lag), task_samples=[TaskSample(t.id, t.dropped_records, t.late_records) for t in tasks],
             record_errors=dict(self.errors.by_action), restored=dict(self.changelog_reader.restored),
-            restores=self.changelog_reader.progress(), backpressure=self.backpressure_sample(tasks))
+            restores=self.changelog_reader.progress(), backpressure=self.backpressure_sample(tasks),
+            shed=dict(self._shedder.shed) if self._shedder is not None else {},
+            idle=self._watchdog.samples() if self._watchdog is not None else [])
 
     def backpressure_sample(self, tasks: list[StreamTask] | None = None) -> BackpressureSample:
         """What throttling and backpressure did on this thread (called from other threads: reads only)."""

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streaming.metrics.collector import (
     BackpressureSample,
+    IdleSample,
     InstanceSample,
     RestoreSample,
     StreamsCollector,
@@ -40,7 +41,8 @@ def sample() -> InstanceSample:
         restored={("counts", "app-counts-changelog", 1): 500},
         restores=[RestoreSample("0_2", "counts", "app-counts-changelog", 2, remaining=120, standby=False)],
         backpressure=BackpressureSample(buffered=1500, paused=1, pauses=3, resumes=2, time_cap_hits=4,
-                                        throttled_seconds=1.5, queue_full=6, queue_full_seconds=0.25))
+                                        throttled_seconds=1.5, queue_full=6, queue_full_seconds=0.25),
+        shed={("orders", 0): 40}, idle=[IdleSample("orders", idle=True, idle_seconds=31.5)])
     return InstanceSample("app", "RUNNING", ("CREATED", "RUNNING", "ERROR"), [thread])
 
 
@@ -63,7 +65,8 @@ def test_every_family_with_its_type() -> None:
         "brook_buffered_records": "gauge", "brook_paused_partitions": "gauge", "brook_backpressure_pauses": "counter",
         "brook_backpressure_resumes": "counter", "brook_processing_time_cap_hits": "counter",
         "brook_throttled_seconds": "counter", "brook_producer_queue_full": "counter",
-        "brook_producer_queue_full_seconds": "counter"}
+        "brook_producer_queue_full_seconds": "counter", "brook_shed_records": "counter",
+        "brook_source_idle": "gauge", "brook_source_idle_seconds": "gauge"}
 
 
 def samples(name: str) -> dict[tuple[tuple[str, str], ...], float]:
