@@ -8,7 +8,8 @@ run`` processes each. Unless ``BROOK_ORDERS_KEY_K1`` holds one, the encryption k
 and items at once, and feeds generated orders (with duplicates, invalid, out-of-order and late ones) in
 batches as they would arrive live; shows a progress bar until the workers have committed everything,
 stops them with SIGTERM (a clean close), reads the outputs back and checks them against oracles
-computed from the generated input (``apps.orders.oracle``). Then, through Dagster (``apps.demo_platform``): the word
+computed from the generated input (``apps.orders.oracle``); an order intake of its own shows load shedding at 3x its
+rate limit and the idle watchdog (``apps.demo_overflow``). Then, through Dagster (``apps.demo_platform``): the word
 count's changelog is compacted into a snapshot with Spark, the orders topics and the word counts are
 archived into daily Parquet partitions and checked with Great Expectations, the archive's first day of the
 orders pipeline is reprocessed in batch on Spark (``reprocessed/orders``) and its outputs compared record for
@@ -34,6 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from apps.demo_overflow import OverflowSummary, run_overflow
 from apps.demo_platform import UNORDERED, PlatformSummary, ReprocessedDaySummary, run_platform
 from apps.orders import oracle
 from apps.orders.pipeline import (
@@ -61,6 +63,7 @@ from streaming.admin import create_topics
 from streaming.broker import EmbeddedBroker
 from streaming.encryption import FieldEncryption, is_encrypted
 from streaming.errors import DecryptionError
+from streaming.naming import alerts_topic
 from streaming.serdes import Serdes
 from streaming.testing import generators
 from streaming.testing.generators import GeneratedRecord
@@ -198,14 +201,18 @@ def main(argv: list[str] | None = None) -> int:
         counts = read_topic(bootstrap, COUNTS_OUT, Serdes.String(), Serdes.Long(), PARTITIONS)
         outputs = {topic: read_topic(bootstrap, topic, Serdes.String(), Serdes.Json(), PARTITIONS)
                    for topic in OUTPUT_TOPICS}
-        streaming_ok = report(lines, (orders, users, items), counts, outputs, seconds, codes)
+        idle_alerts = [r.value for r in read_topic(bootstrap, alerts_topic(APPLICATION_ID), Serdes.String(),
+                                                   Serdes.Json(), 1) if r.value["state"] == "idle"]
+        streaming_ok = report(lines, (orders, users, items), counts, outputs, seconds, codes, len(idle_alerts))
+        console.print("\n[bold]load shedding and the idle watchdog[/] (runtime settings) on an order intake of its own")
+        overflow_ok = report_overflow(run_overflow(bootstrap))
         console.print("\n[bold]platform[/]: compaction, archive, quality checks and a reprocessed day through Dagster "
                       f"(DAGSTER_HOME={os.environ.get('DAGSTER_HOME', 'ephemeral')})")
         started = time.monotonic()
         order_days = sorted({day_of(o.timestamp) for o in orders})
         platform = run_platform(bootstrap, WORK, order_days, day_of(time.time() * 1000), expected_word_counts(lines))
     platform_ok = report_platform(platform, time.monotonic() - started)
-    return 0 if streaming_ok and platform_ok else 1
+    return 0 if streaming_ok and overflow_ok and platform_ok else 1
 
 
 def day_of(timestamp_ms: float) -> str:
@@ -218,7 +225,7 @@ def expected_word_counts(lines: list[Any]) -> dict[str, int]:
 
 
 def report(lines: list[Any], catalog: tuple[list[GeneratedRecord], ...], counts: list[Any],
-           outputs: dict[str, list[Any]], seconds: float, codes: list[int]) -> bool:
+           outputs: dict[str, list[Any]], seconds: float, codes: list[int], idle_alerts: int) -> bool:
     orders, users, items = catalog
     expected_counts = expected_word_counts(lines)
     final_counts = {record.key: record.value for record in counts}  # last value per word wins
@@ -238,6 +245,7 @@ def report(lines: list[Any], catalog: tuple[list[GeneratedRecord], ...], counts:
                   f"{len(outputs[LATE_LINES_TOPIC]):,} late, {len(hourly)} hourly finals")
     table.add_row("lines per category", "",
                   ", ".join(f"{c} {len(outputs[CATEGORY_TOPIC_PREFIX + c]):,}" for c in CATEGORIES))
+    table.add_row("idle alerts (no order for 30 s)", "", str(idle_alerts))
     table.add_row("workers", str(WORKERS_PER_APP), str(WORKERS_PER_APP))
     console.print(table)
     console.print(f"processed {records_in:,} records in {seconds:.1f} s "
@@ -271,12 +279,15 @@ def order_checks(orders: list[GeneratedRecord], users: list[GeneratedRecord], it
              for w, f in sorted(finals.items()) if f["users"] != len(buyers.get(w, ())) or f["lines"] != lines.get(w)]
     for problem in [*wrong, *(f"{w}: no final" for w in sorted(closed - set(finals)))][:10]:
         console.print(f"  [red]hourly result[/] {problem}")
+    late_out = sorted((r.value["order_id"], r.value["item"], r.timestamp) for r in outputs[LATE_LINES_TOPIC])
+    late_expected = sorted((line.order_id, line.item, line.timestamp) for line in late)
+    for line in sorted(set(late_out) ^ set(late_expected))[:10]:
+        console.print(f"  [red]late line[/] {line}: {'late only in the output' if line in late_out else 'not late'}")
     return {
         "hourly local buyers and lines equal the oracle's, one final per closed window":
             len(finals) == len(hourly) and closed <= set(finals) and not wrong,
         "late lines (after their window closed) in order-lines-late, and only they":
-            sorted((r.value["order_id"], r.value["item"]) for r in outputs[LATE_LINES_TOPIC])
-            == sorted((line.order_id, line.item) for line in late),
+            late_out == late_expected,
         "one line per item of each valid order, duplicates dropped":
             sorted((r.value["order_id"], r.value["item"]) for r in outputs[LINES_TOPIC]) == valid_lines,
         "every invalid order rejected with a reason":
@@ -332,6 +343,20 @@ def hourly_table(hourly: list[dict[str, Any]]) -> Table:
         table.add_row(datetime.fromtimestamp(start / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M"),
                       *(f"{c['users']} / {c['lines']}" if c else "-" for c in cells))
     return table
+
+
+def report_overflow(summary: OverflowSummary) -> bool:
+    """The load-shedding and idle-watchdog step's figures and checks."""
+    if summary.error is not None:
+        console.print(f"  [red]FAILED[/]  load shedding and idle watchdog step: {summary.error}")
+        return False
+    console.print(f"  {summary.sent:,} orders at 3x the intake's limit: {summary.processed:,} processed, "
+                  f"{summary.shed:,} shed (brook_shed_records_total), {summary.diverted:,} in the shed topic; "
+                  f"idle alert after {summary.idle_ms / 1000 if summary.idle_ms else 0:.1f} s, "
+                  f"{'resumed' if summary.resumed else 'not resumed'}")
+    for name, ok in summary.checks.items():
+        console.print(f"  {'[green]ok[/]' if ok else '[red]FAILED[/]'}  {name}")
+    return all(summary.checks.values())
 
 
 def report_platform(platform: PlatformSummary, seconds: float) -> bool:

@@ -213,6 +213,9 @@ KEYS: dict[str, _Key] = {
     # The idle watchdog (streaming/runtime/idle_watchdog.py): a source topic whose assigned partitions get no
     # record for this long is reported idle to <application.id>-alerts and brook_source_idle (0: off).
     "processing.idle.timeout.ms": _Key(_int(0), 0),
+    # The source topics it watches, comma-separated (empty: every source topic the app does not own; name the
+    # streams, since a table's topic is quiet by nature).
+    "processing.idle.topics": _Key(_optional_string, ""),
     "application.server": _Key(_host_port, ""),
     # A name for this instance that stays the same across its restarts (a host name, a pod name). It makes
     # the ids the instance's clients present stable: static membership (``group.instance.id``) and the

@@ -1,7 +1,8 @@
 """The idle watchdog: ``processing.idle.timeout.ms`` (0: off) reports a source topic that stopped receiving records.
 
-A stream thread watches the partitions of the application's external source topics (not its repartition
-topics) that it has running tasks for. A partition shows activity when its high watermark (from the last fetch
+A stream thread watches the partitions of the source topics ``processing.idle.topics`` names (default: every
+external source topic, not its repartition topics; a table's topic is quiet by nature, so name the streams) that it
+has running tasks for. A partition shows activity when its high watermark (from the last fetch
 response) or the task's next offset to commit moved since the last check; the thread checks about once a
 second (:meth:`IdleWatchdog.check`), so nothing runs per record. When none of a topic's watched partitions
 showed activity for the timeout (counted from the last activity, or from when the thread started watching the
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from streaming.errors import ConfigError
 from streaming.metrics.collector import IdleSample
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,18 @@ def alert_value(application_id: str, thread: str, topic: str, watch: _Watch, sta
         "last_seen": {str(p): {"offset": watch.last_seen.get(p, (-1, -1))[0],
                                "timestamp": watch.last_seen.get(p, (-1, -1))[1]} for p in sorted(watch.marks)},
     }).encode()
+
+
+def watched_topics(config: Any, topology: Any) -> set[str]:
+    """The topics ``processing.idle.topics`` names (default: every source topic the app does not own). Raises
+    :class:`~streaming.errors.ConfigError` naming a topic the topology does not read."""
+    sources = set(topology.source_topics) - set(topology.internal_topics)
+    named = [topic.strip() for topic in config["processing.idle.topics"].split(",") if topic.strip()]
+    unknown = sorted(set(named) - sources)
+    if unknown:
+        raise ConfigError(f"config key 'processing.idle.topics' names {', '.join(map(repr, unknown))}, which the "
+                          f"topology does not read (its source topics: {', '.join(sorted(sources))})")
+    return set(named) or sources
 
 
 class IdleWatchdog:

@@ -19,7 +19,7 @@ from streaming.naming import alerts_topic, dead_letter_topic, is_stream_time_top
 from streaming.runtime.changelog_reader import StateRestoreListener, StoreChangelogReader
 from streaming.runtime.dead_letters import DeadLetterWriter
 from streaming.runtime.error_handlers import configured_handlers
-from streaming.runtime.idle_watchdog import IdleWatchdog
+from streaming.runtime.idle_watchdog import IdleWatchdog, watched_topics
 from streaming.runtime.load_shedding import LoadShedder
 from streaming.runtime.rate_limit import thread_rate_limiter
 from streaming.runtime.record_collector import KafkaRecordCollector
@@ -113,9 +113,8 @@ class StreamThread(threading.Thread):
         self._shedder = self._load_shedder(partition_counts or {}) \
             if config["processing.overflow.policy"] == SHED else None
         self._watchdog = IdleWatchdog(
-            config.application_id, name, config["processing.idle.timeout.ms"],
-            set(topology.source_topics) - set(topology.internal_topics), self.collector.send, alerts) \
-            if config["processing.idle.timeout.ms"] else None
+            config.application_id, name, config["processing.idle.timeout.ms"], watched_topics(config, topology),
+            self.collector.send, alerts) if config["processing.idle.timeout.ms"] else None
         self.backpressure_pauses = 0  # partitions paused because their buffer was full
         self.backpressure_resumes = 0
         self.time_cap_hits = 0  # loop iterations that stopped processing at max.poll.processing.ms

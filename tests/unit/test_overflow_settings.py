@@ -121,3 +121,21 @@ def test_batch_reprocessing_ignores_shedding_and_the_idle_watchdog() -> None:
     assert len(plain["out"]) == len(records)
     assert [(r.key, r.value) for r in runtime_only["out"]] == [(r.key, r.value) for r in plain["out"]]
     assert set(runtime_only) == {"out"}  # nothing shed, no alerts
+
+
+def test_the_watchdog_watches_the_named_source_topics_and_refuses_one_the_topology_does_not_read() -> None:
+    from apps.orders import topology as orders_topology
+    from streaming.runtime.idle_watchdog import watched_topics
+
+    topology = orders_topology()
+    topology.bind("orders")
+
+    def watched(topics: str) -> set[str]:
+        return watched_topics(StreamsConfig({**BASE, "application.id": "orders", "processing.idle.topics": topics}),
+                              topology)
+
+    assert watched("") == {"orders", "users", "items"}  # every source topic the app does not own
+    assert watched("orders") == {"orders"}
+    with pytest.raises(ConfigError, match=r"'processing.idle.topics' names 'order', which the topology does not "
+                                          r"read \(its source topics: items, orders, users\)"):
+        watched("orders, order")
