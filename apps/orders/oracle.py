@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from streaming.testing import GeneratedRecord
 
@@ -103,3 +104,24 @@ def finals_of_one_task(lines: Iterable[LocalLine], window_ms: int, grace_ms: int
     for window in [w for w in finals.buyers if w[1] + window_ms + grace_ms > stream_time]:  # still open
         del finals.buyers[window], finals.lines[window]
     return finals
+
+
+def profiles(orders: Iterable[GeneratedRecord], items: Iterable[GeneratedRecord]) -> dict[str, dict[str, Any]]:
+    """Each user's profile after all their valid, first-sent orders (``user-profiles``' last value per user, and the
+    database's row): orders, total spent (rounded to cents at each step), latest order time, item quantities per
+    category (from the items table), and ``version``, the number of updates."""
+    category = {record.key: record.value["category"] for record in items}
+    result: dict[str, dict[str, Any]] = {}
+    for order in orders:
+        if order.defect is not None or order.duplicate:
+            continue
+        profile = result.setdefault(order.key, {"orders": 0, "total_spent": 0.0, "last_order_ts": None,
+                                                "items_per_category": {}, "version": 0})
+        per_category = profile["items_per_category"]
+        for line in order.value["items"]:
+            per_category[category[line["item"]]] = per_category.get(category[line["item"]], 0) + line["qty"]
+        last = profile["last_order_ts"]
+        profile.update(orders=profile["orders"] + 1, total_spent=round(profile["total_spent"] + order.value["amount"], 2),
+                       last_order_ts=order.timestamp if last is None else max(last, order.timestamp),
+                       version=profile["version"] + 1)
+    return result

@@ -10,7 +10,9 @@ with the ``users`` table (stream-table, same key) -> re-keyed by item, repartiti
 table -> only lines whose item is made in the buyer's own region -> grouped by that region into hourly windows
 (``grace`` for late orders) -> distinct buyers and lines per region and hour, one suppressed final per window ->
 ``local-buyers-hourly``. Lines arriving after their window closed go to ``order-lines-late`` (and are counted),
-so every valid line ends in a final or there. What is encrypted where: :mod:`apps.orders.protection`.
+so every valid line ends in a final or there. Each valid order also updates its user's profile (orders, total
+spent, latest order time, items per category, and a ``version`` counter), a KTable written to ``user-profiles``.
+What is encrypted where: :mod:`apps.orders.protection`.
 """
 
 from __future__ import annotations
@@ -34,18 +36,20 @@ REJECTED_TOPIC = "orders-rejected"
 LINES_TOPIC = "order-lines"
 LATE_LINES_TOPIC = "order-lines-late"
 HOURLY_TOPIC = "local-buyers-hourly"
+PROFILES_TOPIC = "user-profiles"
 CATEGORY_TOPIC_PREFIX = "order-lines-"
 """A line of category ``c`` also goes to ``order-lines-<c>`` (platform.yaml declares one per category)."""
 CATEGORIES = ("electronics", "fashion", "home", "outdoor")
 CATEGORY_TOPICS = tuple(CATEGORY_TOPIC_PREFIX + category for category in CATEGORIES)
 """The topics the lines are routed to: each must exist (a line of another category goes down the production error
 path, naming the topic)."""
-OUTPUT_TOPICS = (LINES_TOPIC, REJECTED_TOPIC, LATE_LINES_TOPIC, HOURLY_TOPIC, *CATEGORY_TOPICS)
+OUTPUT_TOPICS = (LINES_TOPIC, REJECTED_TOPIC, LATE_LINES_TOPIC, HOURLY_TOPIC, PROFILES_TOPIC, *CATEGORY_TOPICS)
 
 DEDUPE_STORE = "order-ids"
 USERS_STORE = "users"
 ITEMS_STORE = "items"
 HOURLY_STORE = "local-buyers"
+PROFILES_STORE = "user-profiles"
 FINALS_NAME = "local-buyers-finals"  # the suppression buffer is its store, "<name>-store"
 
 WINDOW = timedelta(hours=1)
@@ -94,6 +98,25 @@ def add_buyer(region: str, line: dict[str, Any], hourly: dict[str, Any]) -> dict
     return hourly
 
 
+def new_profile() -> dict[str, Any]:
+    """A user's profile before their first valid order."""
+    return {"orders": 0, "total_spent": 0.0, "last_order_ts": None, "items_per_category": {}, "version": 0}
+
+
+def add_order(user: str, order: Order, profile: dict[str, Any]) -> dict[str, Any]:
+    """Fold a valid order into its user's profile: orders, total spent (rounded to cents at each step, so any order
+    of the same orders gives the same total), the latest order time, items (quantities) per category, and the
+    profile's ``version``: a counter of its updates, what the database sink orders replayed upserts by."""
+    per_category = dict(profile["items_per_category"])
+    for line in order.items:
+        category = line.category or "unknown"
+        per_category[category] = per_category.get(category, 0) + line.qty
+    last = profile["last_order_ts"]
+    return {"orders": profile["orders"] + 1, "total_spent": round(profile["total_spent"] + order.amount, 2),
+            "last_order_ts": order.ts if last is None else max(last, order.ts), "items_per_category": per_category,
+            "version": profile["version"] + 1}
+
+
 def category_topic(user: str, line: dict[str, Any], context: RecordContext) -> str:
     """The topic of a line's item category (a topic name extractor)."""
     return f"{CATEGORY_TOPIC_PREFIX}{line['category']}"
@@ -129,6 +152,11 @@ def topology(grace: timedelta = GRACE, dedupe_ttl: timedelta = DEDUPE_TTL) -> To
     (branches["orders-invalid"].map_values(rejected, name="rejected")
      .process_values(lambda: EncryptFields(REJECTED_FIELDS), name="encrypt-rejected")
      .to(REJECTED_TOPIC, value_serde=json))
+    (branches["orders-valid"]
+     .group_by_key(name="orders-by-user")
+     .aggregate(new_profile, add_order, materialized=Materialized.as_(PROFILES_STORE).with_caching_disabled())
+     .to_stream(name="profile-updates")
+     .to(PROFILES_TOPIC, key_serde=string, value_serde=json))
     lines = (branches["orders-valid"].map_values(delivery, name="delivery")
              .process_values(lambda: EncryptFields(LINE_FIELDS), name="encrypt-delivery")
              .flat_map_values(item_lines, name="item-lines"))

@@ -109,8 +109,10 @@ def _good_archives() -> dict[str, list[dict[str, Any]]]:
     hourly = [{"key": region, "region": region, "window_start": DAY_MS + hour * 3_600_000,
                "window_end": DAY_MS + (hour + 1) * 3_600_000, "users": 2, "lines": 3}
               for region in ("eu", "us") for hour in range(2)]
+    profiles = [{"key": f"user-{i}", "orders": 2, "total_spent": 5.0, "last_order_ts": DAY_MS + i * 1000,
+                 "items_per_category": '{"home": 2}', "version": 2} for i in range(3)]
     return {"orders": orders, "orders-rejected": rejected, "order-lines": lines, "wordcount-counts": counts,
-            "local-buyers-hourly": hourly}
+            "local-buyers-hourly": hourly, "user-profiles": profiles}
 
 
 def _stand_ins(spec_path: Path, archives: dict[str, list[dict[str, Any]]]) -> list[dg.AssetsDefinition]:

@@ -18,6 +18,7 @@ from apps.orders.pipeline import (
     LINES_TOPIC,
     ORDERS_TOPIC,
     OUTPUT_TOPICS,
+    PROFILES_TOPIC,
     REJECTED_TOPIC,
     USERS_TOPIC,
     WINDOW,
@@ -76,6 +77,11 @@ def test_hourly_local_buyers_equal_the_oracle_over_generated_orders(seed: int) -
     assert all(r.value["reason"] for r in rejected)
 
     valid = [o for o in first_copies if o.defect is None]
+    # Each valid order updates its user's profile: the last update per user is the oracle's profile.
+    profiles = {r.key: r.value for r in outputs[PROFILES_TOPIC]}
+    assert len(outputs[PROFILES_TOPIC]) == len(valid) and profiles == oracle.profiles(orders, items)
+    assert all(r.value["version"] == index + 1 for user in profiles
+               for index, r in enumerate(r for r in outputs[PROFILES_TOPIC] if r.key == user))
     assert CATEGORIES == generators.CATEGORIES
     assert all(outputs[CATEGORY_TOPIC_PREFIX + c] for c in CATEGORIES), "every category has lines"
     lines = outputs[LINES_TOPIC]

@@ -86,16 +86,17 @@ def test_the_word_count_moves_its_words_topic_to_the_end_and_deletes_its_changel
 def test_the_orders_pipeline_resets_its_tables_and_deletes_its_repartition_topics() -> None:
     topology = orders_topology().bind("orders")
     counts = {t: 4 for t in ("orders", "users", "items", "order-lines", "orders-rejected", "order-lines-late",
-                             "local-buyers-hourly")}
+                             "local-buyers-hourly", "user-profiles")}
     roles = classify_topics(topology, "orders", counts, dead_letters=True)
     assert (roles.inputs, roles.tables, roles.intermediates) == (("orders",), ("items", "users"), ())
-    assert roles.outputs == ("local-buyers-hourly", "order-lines", "order-lines-late", "orders-rejected")
+    assert roles.outputs == ("local-buyers-hourly", "order-lines", "order-lines-late", "orders-rejected",
+                             "user-profiles")
     kinds = {t.name: t.kind for t in roles.internal}
     assert {name for name, kind in kinds.items() if kind == "repartition"} == set(roles.internal_sources) == {
         "orders-lines-by-item-left-repartition", "orders-lines-by-region-repartition"}
     assert {name for name, kind in kinds.items() if kind == "changelog"} == {
         f"orders-{store}-changelog" for store in ("order-ids", "users", "items", "local-buyers",
-                                                  "local-buyers-finals-store")}
+                                                  "local-buyers-finals-store", "user-profiles")}
     assert {name for name, kind in kinds.items() if kind == "dead-letters"} == {"orders-dlq", "orders-dlq-replayed"}
     assert "orders-metadata" not in kinds and "orders-epoch" not in kinds
 

@@ -34,7 +34,8 @@ def test_the_orders_pipeline_groups_its_joins_and_repartitioned_counts() -> None
                                           ("o-local-buyers-finals-store-changelog", "changelog"),
                                           ("o-2-stream-time", "stream-time")],
         "orders": [("orders", "input"), ("users", "input"), ("o-order-ids-changelog", "changelog"),
-                   ("o-users-changelog", "changelog"), ("o-0-stream-time", "stream-time")]}
+                   ("o-user-profiles-changelog", "changelog"), ("o-users-changelog", "changelog"),
+                   ("o-0-stream-time", "stream-time")]}
     assert groups["orders"].joins == ("stream-table join 'join-users'",)
     assert groups["orders"].external == ["orders", "users"]
     assert groups["o-lines-by-region-repartition"].external == ["o-lines-by-region-repartition"]

@@ -71,7 +71,7 @@ def test_a_group_with_different_counts_the_same_count_and_removing_partitions_in
 
 def test_placements_name_a_store_of_the_group_and_a_known_placement() -> None:
     assert refusal(["orders", "users"], 4, placements={"items": "drop"}) == (
-        "store 'items' is not a store of co-partition group 'orders' (its stores: order-ids, users)")
+        "store 'items' is not a store of co-partition group 'orders' (its stores: order-ids, user-profiles, users)")
     assert refusal(["orders", "users"], 4, placements={"order-ids": "everywhere"}) == (
         "placement of store 'order-ids' must be 'by-key', 'replicate' or 'drop', got 'everywhere'")
 
