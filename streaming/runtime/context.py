@@ -17,11 +17,13 @@ from streaming.processor.api import (
     Record,
     T,
 )
+from streaming.runtime.record_source import RecordSource
 from streaming.serdes import Serde
 from streaming.state.api import StateStore
 from streaming.topology.nodes import Emit
 
 if TYPE_CHECKING:
+    from streaming.runtime.external_sinks import ExternalSink
     from streaming.runtime.task import StreamTask
 
 log = logging.getLogger(__name__)
@@ -166,3 +168,31 @@ class NodeContext(ProcessorContext):
     @property
     def current_system_time_ms(self) -> int:
         return self._task.clock()
+
+    # -- for nodes that write outside Kafka (streaming.runtime.external_sinks) ---------------------------------
+    @property
+    def reset_epoch(self) -> str:
+        """The application's reset epoch (``none`` before the first reset; see streaming.runtime.reset_epoch)."""
+        return self._task.config.reset_epoch
+
+    def add_external_sink(self, sink: ExternalSink) -> None:
+        """Flush ``sink`` at each commit of this node's task, before its offsets are committed."""
+        self._task.add_external_sink(sink)
+
+    def source(self) -> RecordSource | None:
+        """The input record being processed, without its bytes (what a rejected output's dead letter names);
+        None in a punctuation."""
+        task, current = self._task, self._task.current
+        if current is None:
+            return None
+        if isinstance(current, RecordSource):
+            return current
+        return RecordSource(task.id, current.topic(), current.partition(), current.offset(), task.current_timestamp,
+                            current.headers())
+
+    def reject_output(self, destination: str, source: RecordSource | None, key: bytes | None, value: bytes | None,
+                      error: Exception) -> None:
+        """An output the destination ``destination`` (outside Kafka) refused goes to ``production.exception.handler``
+        (``dead_letter``: to the dead-letter topic with ``error``'s message, ``record=output`` and the input record
+        ``source`` names); returns when it is skipped, raises ``error`` when the handler fails."""
+        self._task.reject_output(destination, source, key, value, error)

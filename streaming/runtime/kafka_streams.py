@@ -207,6 +207,7 @@ class KafkaStreams:
         if self._state_dir_lock is not None:
             wipe_state_of_other_epoch(self._state_dir_lock, epoch)
         self._snapshots = self._snapshots.at_reset_epoch(epoch.epoch)
+        self.config.reset_epoch = epoch.epoch
 
     def _abort_start(self) -> None:
         """``start()`` failed: stop what it started (HTTP server, announcements, global thread, the stream
