@@ -616,7 +616,8 @@ class StreamThread(threading.Thread):
             buffered=sum(task.buffered_records for task in tasks),
             paused=len(self._paused), pauses=self.backpressure_pauses, resumes=self.backpressure_resumes,
             time_cap_hits=self.time_cap_hits, throttled_seconds=self.throttled_seconds,
-            queue_full=self.collector.queue_full_stalls, queue_full_seconds=self.collector.queue_full_seconds)
+            queue_full=self.collector.queue_full_stalls, queue_full_seconds=self.collector.queue_full_seconds,
+            sink_paused=len(self._sink_paused), sink_pauses=self.sink_pauses)
 
     @property
     def commits(self) -> int:
