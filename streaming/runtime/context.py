@@ -17,7 +17,6 @@ from streaming.processor.api import (
     Record,
     T,
 )
-from streaming.runtime.record_source import RecordSource
 from streaming.serdes import Serde
 from streaming.state.api import StateStore
 from streaming.topology.nodes import Emit
@@ -179,20 +178,16 @@ class NodeContext(ProcessorContext):
         """Flush ``sink`` at each commit of this node's task, before its offsets are committed."""
         self._task.add_external_sink(sink)
 
-    def source(self) -> RecordSource | None:
-        """The input record being processed, without its bytes (what a rejected output's dead letter names);
-        None in a punctuation."""
-        task, current = self._task, self._task.current
-        if current is None:
-            return None
-        if isinstance(current, RecordSource):
-            return current
-        return RecordSource(task.id, current.topic(), current.partition(), current.offset(), task.current_timestamp,
-                            current.headers())
+    def current_input(self) -> Any:
+        """The input record being processed — a consumed message, the source of a cache entry a flush forwards
+        (:class:`RecordSource`), or None in a punctuation — as it is, with no copy: what a node that writes
+        later keeps to name the record in :meth:`reject_output`."""
+        return self._task.current
 
-    def reject_output(self, destination: str, source: RecordSource | None, key: bytes | None, value: bytes | None,
+    def reject_output(self, destination: str, source: Any, key: bytes | None, value: bytes | None,
                       error: Exception) -> None:
         """An output the destination ``destination`` (outside Kafka) refused goes to ``production.exception.handler``
         (``dead_letter``: to the dead-letter topic with ``error``'s message, ``record=output`` and the input record
-        ``source`` names); returns when it is skipped, raises ``error`` when the handler fails."""
+        ``source`` — what :meth:`current_input` gave — names); returns when it is skipped, raises ``error`` when the
+        handler fails."""
         self._task.reject_output(destination, source, key, value, error)

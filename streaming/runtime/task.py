@@ -817,9 +817,14 @@ class StreamTask:
         """Flush ``sink`` at each commit, before the offsets (see :mod:`streaming.runtime.external_sinks`)."""
         self.external_sinks.append(sink)
 
-    def reject_output(self, destination: str, source: RecordSource | None, key: bytes | None, value: bytes | None,
+    def reject_output(self, destination: str, source: Any, key: bytes | None, value: bytes | None,
                       error: Exception) -> None:
-        """An output an external sink's destination refused (see ``NodeContext.reject_output``)."""
+        """An output an external sink's destination refused (see ``NodeContext.reject_output``); ``source`` is the
+        input it came from: a consumed message, a :class:`RecordSource` or None. The dead letter keeps the output,
+        never the input's bytes (the row may stand for many inputs)."""
+        if source is not None and not isinstance(source, RecordSource):
+            source = RecordSource(self.id, source.topic(), source.partition(), source.offset(), source.timestamp()[1],
+                                  source.headers())
         timestamp = source.timestamp_ms if source is not None else self.current_timestamp
         self._errors.handle(ErrorContext.of_message(PRODUCTION, self.id, source, timestamp, output_topic=destination,
                                                     output_partition=-1, output_key=key, output_value=value), error)

@@ -50,6 +50,11 @@ def row(user: str, version: int, orders: int | None = None) -> dict[str, Any]:
     return {"user_id": user, "orders": n, "total_cents": 10 * n, "last_seq": n, "version": version}
 
 
+def put(task: TaskDatabaseWriter, written: dict[str, Any]) -> None:
+    """Buffer a row as the sink's node does: with the writer's epoch."""
+    task.add({**written, "reset_epoch": task.epoch}, None)
+
+
 def as_stored(written: dict[str, Any], epoch: int) -> dict[str, Any]:
     """What ``stored`` shows of a row the sink wrote at ``epoch``."""
     return {**{k: v for k, v in written.items() if k != "user_id"}, "reset_epoch": epoch}
@@ -76,18 +81,18 @@ def test_only_a_newer_epoch_and_version_overwrites_a_row(database_url: str) -> N
     try:
         at_epoch_0, _ = writer(sink, epoch=0)
         for version in (5, 3):  # two flushes: the replayed, older row does not win
-            at_epoch_0.add(row("a", version), None)
-            at_epoch_0.add(row("b", version), None)
+            put(at_epoch_0, row("a", version))
+            put(at_epoch_0, row("b", version))
             assert at_epoch_0.flush()
-        at_epoch_0.add(row("a", 5, orders=99), None)  # an equal version is not newer
+        put(at_epoch_0, row("a", 5, orders=99))  # an equal version is not newer
         assert at_epoch_0.flush()
         assert stored(database_url, sink.table)["a"] == as_stored(row("a", 5), 0)
         # After a reset the versions start again, and the new epoch wins: every column, the version and the
         # epoch too (MySQL assigns left to right: the version and epoch columns go last).
         at_epoch_1, _ = writer(sink, epoch=1)
-        at_epoch_1.add(row("a", 1), None)
+        put(at_epoch_1, row("a", 1))
         assert at_epoch_1.flush()
-        at_epoch_0.add(row("a", 7), None)  # a straggler of the old epoch: older than anything of epoch 1
+        put(at_epoch_0, row("a", 7))  # a straggler of the old epoch: older than anything of epoch 1
         assert at_epoch_0.flush()
         rows = stored(database_url, sink.table)
         assert rows["a"] == as_stored(row("a", 1), 1)
@@ -101,12 +106,12 @@ def test_a_flush_keeps_the_newest_row_per_key_in_one_round_trip(database_url: st
     sink = DatabaseSink(database_url, profile_table(), profile_row, create_table=True)
     try:
         task, _ = writer(sink)
-        task.add(row("warm-up", 1), None)
+        put(task, row("warm-up", 1))
         assert task.flush()  # creates the table
         round_trips = sink.count_round_trips()
         for version in (3, 1, 4, 2):  # out of order: the buffer keeps version 4 of each key
             for user in range(500):
-                task.add(row(f"u{user}", version), None)
+                put(task, row(f"u{user}", version))
         assert task.buffered == 500
         assert task.flush()
         assert round_trips() == 1
@@ -151,7 +156,7 @@ def test_an_unreachable_database_keeps_the_rows_and_backs_off(tmp_path: Path) ->
                         retry_backoff_ms=50, retry_backoff_max_ms=120)
     try:
         task, rejected = writer(sink)
-        task.add(row("a", 1), None)
+        put(task, row("a", 1))
         waits = []
         for _ in range(4):
             assert not task.flush()
