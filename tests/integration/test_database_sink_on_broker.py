@@ -130,8 +130,8 @@ def test_a_rejected_row_goes_to_the_dead_letter_topic_with_the_reason(bootstrap:
         [letter] = read_topic(bootstrap, dead_letter_topic(unique_name), Serdes.Json(), Serdes.Json(), 1)
         headers = error_headers(letter.headers)
         assert headers["stage"] == "production" and headers["output.topic"] == "database:user_profiles"
-        assert headers["source.topic"] == source and headers["type"].endswith("OperationalError") or \
-            headers["type"].endswith("IntegrityError")
+        assert headers["source.topic"] == source
+        assert headers["type"].endswith(("OperationalError", "IntegrityError"))
         assert "CONSTRAINT" in headers["message"] and "user_profiles_total_not_negative" in headers["message"]
         assert letter.key == {"user_id": "bad"} and letter.value["total_cents"] == -1
     finally:
