@@ -105,12 +105,13 @@ def test_profiles_equal_the_oracle_after_a_worker_kill_and_a_database_restart(
                 server.stop_server()
             send(bootstrap, source, batch)
             sent += batch
+            if number == KILL_AFTER:  # while it processes the batch, before it commits all of it
+                time.sleep(rng.uniform(0.05, 0.3))
+                worker.kill_and_restart()
             time.sleep(4 if outage else 0.7)  # the worker processes part of it, commits part of it
             if outage:  # meanwhile its flushes failed: input paused, offsets held back
                 server.start_server()
             worker.assert_alive()
-            if number == KILL_AFTER:
-                worker.kill_and_restart()
         assert sorted(sent, key=str) == sorted(orders, key=str)
         expected = oracle(sorted(orders, key=lambda order: order[1]["seq"]))
         wait_for(lambda: stored(database_url, profile_table()) == expected, 120, "the oracle's profiles in the database")

@@ -1,6 +1,7 @@
 """The database sink in a running app on the embedded broker: profiles in the database equal the oracle and the
 offsets are committed (SQLite file, MariaDB, PostgreSQL); a database that goes down pauses the input, holds back
-the offsets and keeps the thread in its group, then the app completes when it is back; a row the database
+the offsets (under exactly_once_v2 the whole transaction) and keeps the thread in its group, then the app
+completes when it is back; a row the database
 rejects goes to the dead-letter topic with the database's reason while the others are written."""
 
 from __future__ import annotations
@@ -81,15 +82,17 @@ def test_profiles_in_the_database_equal_the_oracle_and_offsets_follow(bootstrap:
         sink.dispose()
 
 
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_a_database_outage_pauses_the_input_then_the_app_completes(bootstrap: str, unique_name: str,
-                                                                 database_url: str, postgres: Any) -> None:
+                                                                 database_url: str, postgres: Any,
+                                                                 guarantee: str) -> None:
     source = f"{unique_name}-orders"
     create_topics(bootstrap, {source: PARTITIONS})
     before, during = orders_of(users=10, per_user=5), orders_of(users=10, per_user=5, first=6)
     sink = DatabaseSink(database_url, profile_table(), profile_row, create_table=True, retry_backoff_ms=100,
                         retry_backoff_max_ms=1000)
-    app = start(bootstrap, unique_name, source, sink)
+    app = start(bootstrap, unique_name, source, sink, **{"processing.guarantee": guarantee})
     try:
         first_ends = sum(send(bootstrap, source, before).values())
         wait_for(lambda: stored(sink) == oracle(before), 60, "the first orders in the database")
