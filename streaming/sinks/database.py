@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 
 #: A row as the ``row`` function returns it: column name -> value.
 Row = dict[str, Any]
-RowFunction = Callable[[Any, Any], Mapping[str, Any]]
+RowFunction = Callable[[Any, Any], Row]
 
 
 def epoch_number(epoch: str) -> int:
@@ -113,7 +113,6 @@ class DatabaseSink:
             raise ConfigError(f"database sink: table {table.fullname!r} has no primary key; the sink upserts by it "
                               f"(declare the key columns with primary_key=True)")
         self.row_columns = frozenset(column.name for column in table.columns) - {epoch_column}
-        self.create_table = create_table
         if retry_backoff_ms <= 0 or retry_backoff_max_ms < retry_backoff_ms:
             raise ConfigError(f"database sink for {table.fullname!r}: retry_backoff_ms={retry_backoff_ms} must be "
                               f"positive and at most retry_backoff_max_ms={retry_backoff_max_ms}")
@@ -230,11 +229,11 @@ class ToDatabase:
                     raise ValueError(_columns_mismatch(sink, row))
                 checked = True
             row[epoch_column] = epoch  # the row function returns a new dict (a copy per record costs ~15%)
-            key = key_of(row)  # as TaskDatabaseWriter.add, inlined: the per-record path
-            held = buffer.get(key)
+            row_key = key_of(row)  # as TaskDatabaseWriter.add, inlined: the per-record path
+            held = buffer.get(row_key)
             if held is None or held[version] <= row[version]:
-                buffer[key] = row
-                sources[key] = current_input()
+                buffer[row_key] = row
+                sources[row_key] = current_input()
         return to_database
 
 
