@@ -97,13 +97,17 @@ def test_a_database_outage_pauses_the_input_then_the_app_completes(bootstrap: st
         first_ends = sum(send(bootstrap, source, before).values())
         wait_for(lambda: stored(sink) == oracle(before), 60, "the first orders in the database")
         wait_for(lambda: committed(bootstrap, unique_name, source) == first_ends, 30, "the first offsets")
+        rebalances = app.metrics()["rebalances"]
         postgres.stop_server()
         try:
             ends = sum(send(bootstrap, source, during).values())
             wait_for(lambda: app.metrics()["sink_paused_partitions"] > 0 or app.state is State.ERROR, 30,
                      "the input paused")
-            time.sleep(3)  # several commit intervals and retries with the database down
-            assert app.state is State.RUNNING, app.exception  # polling on: still in its group, no crash
+            # Longer than the session timeout, many commit intervals and retries with the database down: the thread
+            # polls on, so it stays in its group (no rebalance) and does not fail.
+            time.sleep(SESSION["consumer.session.timeout.ms"] / 1000 + 2)
+            assert app.state is State.RUNNING, app.exception
+            assert app.metrics()["rebalances"] == rebalances
             assert committed(bootstrap, unique_name, source) < ends  # offsets wait for the database
         finally:
             postgres.start_server()
