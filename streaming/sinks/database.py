@@ -341,6 +341,10 @@ class TaskDatabaseWriter:
 
     def close(self) -> None:
         """Drop the buffer: the task closes, and its input is re-read from its last commit."""
+        if self.buffer:
+            log.warning("%s: %d rows not written when the task closed (the database could not be written); whoever "
+                        "owns the task next processes their input again from the last commit", self.sink.destination,
+                        len(self.buffer))
         self.buffer.clear()
         self.sources.clear()
 
