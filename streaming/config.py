@@ -251,6 +251,9 @@ class StreamsConfig:
         self._clients: dict[str, dict[str, str]] = {"consumer": {}, "producer": {}, "admin": {}}
         self._security: dict[str, str] = {}
         self._brook_client_keys: dict[str, Any] = {}
+        #: The application's reset epoch (``none``, ``1``, ...), set by ``KafkaStreams.start`` from
+        #: ``<application.id>-epoch`` (streaming.runtime.reset_epoch); what a database sink stamps on its rows.
+        self.reset_epoch = "none"
         for key, raw in config.items():
             if not isinstance(key, str):
                 raise ConfigError(f"config key {key!r} is not a string")

@@ -1,6 +1,7 @@
 """Shared fixtures: the embedded broker and a SparkSession (one each per test session), the broker's
-address, and unique names; per test module, a Spark standalone cluster with a session on it, and a PostgreSQL
-server (the tests of Brook on real clusters, platform/runbooks/deploy.md).
+address, and unique names; per test module, a Spark standalone cluster with a session on it, a PostgreSQL
+server (the tests of Brook on real clusters, platform/runbooks/deploy.md) and a MariaDB server (the database
+sink's tests).
 
 ``broker`` and ``spark`` start lazily: only sessions that run a test needing them pay for them (the
 broker: ~0.1 s start, plus up to ~5 s to stop while clients still hold connections; Spark: 6-15 s).
@@ -30,6 +31,7 @@ from streaming.broker import EmbeddedBroker
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from streaming.testing.mariadb import MariaDBServer
     from streaming.testing.postgres import PostgresServer
     from streaming.testing.spark_cluster import SparkStandaloneCluster
 
@@ -206,6 +208,35 @@ def postgres() -> Iterator[PostgresServer]:
         pytest.skip(f"PostgreSQL server: {missing}")
     with PostgresServer() as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def mariadb() -> Iterator[MariaDBServer]:
+    """A throwaway MariaDB server for the module (Debian's ``mariadb-server``; streaming.testing.mariadb), stopped
+    and removed at the end."""
+    from streaming.testing.mariadb import MariaDBServer, mariadb_missing
+
+    missing = mariadb_missing()
+    if missing:
+        pytest.skip(f"MariaDB server: {missing}")
+    with MariaDBServer() as server:
+        yield server
+
+
+@pytest.fixture
+def database_url(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> str:
+    """A SQLAlchemy URL of a new, empty database on the backend the test is parametrized with (indirectly:
+    ``sqlite`` — a file —, ``mariadb`` or ``postgres``, on the module's throwaway server)."""
+    backend = request.param
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'sink.db'}"
+    if backend == "mariadb":
+        return request.getfixturevalue("mariadb").create_database(unique_name)
+    if backend == "postgres":
+        server = request.getfixturevalue("postgres")
+        server.client("createdb", unique_name)
+        return server.url(unique_name).replace("+psycopg2", "+psycopg")
+    raise ValueError(f"no database backend {backend!r}")
 
 
 _ARTIFACTS = pytest.StashKey[list[str]]()

@@ -20,6 +20,7 @@ from streaming.topology.nodes import Partitioner
 
 if TYPE_CHECKING:
     from streaming.dsl.builder import StreamsBuilder
+    from streaming.sinks.database import DatabaseSink
     from streaming.windows.specs import JoinWindows
 
 KeyValuePredicate = Callable[[Any, Any], bool]
@@ -138,6 +139,12 @@ class KStream:
         node = name or self._builder._new_name("SINK")
         self._builder.topology.add_sink(node, topic, self._node, key_serde=key_serde or self.key_serde,
                                         value_serde=value_serde or self.value_serde, partitioner=partitioner)
+
+    def to_database(self, sink: DatabaseSink, name: str | None = None) -> None:
+        """Upsert each record into ``sink``'s table (a :class:`streaming.sinks.DatabaseSink`), batched per task and
+        written at each commit before its offsets; a row is written only if its (reset epoch, version) is newer
+        than the stored row's. A terminal operation. See :mod:`streaming.sinks.database`."""
+        self._builder._add_operator("TODATABASE", sink.operator(), name, self._node)
 
     def process(self, supplier: Callable[[], Any], *store_names: str, name: str | None = None) -> KStream:
         """Run a Processor API processor on the stream; it may use the named stores (added with

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from streaming.dsl.kgrouped import KGroupedTable
     from streaming.dsl.kstream import KStream
     from streaming.dsl.suppress import Suppressed
+    from streaming.sinks.database import DatabaseSink
 
 
 class KTable:
@@ -104,6 +105,11 @@ class KTable:
         from streaming.dsl.kstream import KStream
         node = self._builder._add_operator("TOSTREAM", TableToStream(), name, self._node, prefix="KTABLE")
         return KStream(self._builder, node, self.key_serde, self.value_serde)
+
+    def to_database(self, sink: DatabaseSink, name: str | None = None) -> None:
+        """Keep ``sink``'s table in sync with this table: each update is upserted (``to_stream().to_database``;
+        see :meth:`KStream.to_database`). A delete is not written."""
+        self.to_stream().to_database(sink, name)
 
     # -- joins (logic in streaming.dsl.table_table_join and streaming.dsl.foreign_key_join) -------------------------
     def join(self, other: KTable, *functions: Callable[..., Any], materialized: Materialized | str | None = None,

@@ -51,6 +51,8 @@ class BackpressureSample:
     throttled_seconds: float = 0.0  # time the rate limit held the thread back
     queue_full: int = 0  # sends that waited for room in the producer's queue
     queue_full_seconds: float = 0.0
+    sink_paused: int = 0  # input partitions paused now because their task's external sink cannot write
+    sink_pauses: int = 0  # times tasks' input was paused so
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,10 @@ def _backpressure_families(app: str, threads: list[ThreadSample]) -> Iterator[Me
                                           "producer's queue (queue.buffering.max.*)", labels=labels),
         "queue_full_seconds": CounterMetricFamily("brook_producer_queue_full_seconds", "Time sends waited for room "
                                                   "in the producer's queue", labels=labels),
+        "sink_paused": GaugeMetricFamily("brook_sink_paused_partitions", "Input partitions paused because their "
+                                         "task's external sink (a database) cannot write", labels=labels),
+        "sink_pauses": CounterMetricFamily("brook_sink_pauses", "Times an external sink that could not write "
+                                           "paused input partitions", labels=labels),
     }
     for thread in threads:
         for attribute, family in families.items():

@@ -22,6 +22,7 @@ from streaming.state.api import StateStore
 from streaming.topology.nodes import Emit
 
 if TYPE_CHECKING:
+    from streaming.runtime.external_sinks import ExternalSink
     from streaming.runtime.task import StreamTask
 
 log = logging.getLogger(__name__)
@@ -166,3 +167,27 @@ class NodeContext(ProcessorContext):
     @property
     def current_system_time_ms(self) -> int:
         return self._task.clock()
+
+    # -- for nodes that write outside Kafka (streaming.runtime.external_sinks) ---------------------------------
+    @property
+    def reset_epoch(self) -> str:
+        """The application's reset epoch (``none`` before the first reset; see streaming.runtime.reset_epoch)."""
+        return self._task.config.reset_epoch
+
+    def add_external_sink(self, sink: ExternalSink) -> None:
+        """Flush ``sink`` at each commit of this node's task, before its offsets are committed."""
+        self._task.add_external_sink(sink)
+
+    def current_input(self) -> Any:
+        """The input record being processed — a consumed message, the source of a cache entry a flush forwards
+        (:class:`RecordSource`), or None in a punctuation — as it is, with no copy: what a node that writes
+        later keeps to name the record in :meth:`reject_output`."""
+        return self._task.current
+
+    def reject_output(self, destination: str, source: Any, key: bytes | None, value: bytes | None,
+                      error: Exception) -> None:
+        """An output the destination ``destination`` (outside Kafka) refused goes to ``production.exception.handler``
+        (``dead_letter``: to the dead-letter topic with ``error``'s message, ``record=output`` and the input record
+        ``source`` — what :meth:`current_input` gave — names); returns when it is skipped, raises ``error`` when the
+        handler fails."""
+        self._task.reject_output(destination, source, key, value, error)

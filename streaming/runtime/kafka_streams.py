@@ -209,6 +209,7 @@ class KafkaStreams:
         if self._state_dir_lock is not None:
             wipe_state_of_other_epoch(self._state_dir_lock, epoch)
         self._snapshots = self._snapshots.at_reset_epoch(epoch.epoch)
+        self.config.reset_epoch = epoch.epoch
 
     def _abort_start(self) -> None:
         """``start()`` failed: stop what it started (HTTP server, announcements, global thread, the stream
@@ -283,7 +284,9 @@ class KafkaStreams:
         handlers did: ``skipped_records`` (log_and_continue, or a handler's "continue"),
         ``dead_letter_records`` (written to ``<application.id>-dlq``), ``record_errors`` (both, per stage), and
         what backpressure did: ``backpressure_pauses`` / ``backpressure_resumes`` (partitions paused because
-        their buffer was full, and resumed), ``producer_queue_full`` (sends that waited for the producer's queue)."""
+        their buffer was full, and resumed), ``producer_queue_full`` (sends that waited for the producer's queue),
+        ``sink_pauses`` / ``sink_paused_partitions`` (times an external sink that could not write paused its task's
+        input, and partitions paused so now: streaming.runtime.external_sinks)."""
         backpressure = [t.backpressure_sample() for t in self._threads]
         return {
             **merge_metrics([t.errors.metrics() for t in self._threads]),
@@ -297,6 +300,8 @@ class KafkaStreams:
             "backpressure_pauses": sum(b.pauses for b in backpressure),
             "backpressure_resumes": sum(b.resumes for b in backpressure),
             "producer_queue_full": sum(b.queue_full for b in backpressure),
+            "sink_pauses": sum(b.sink_pauses for b in backpressure),
+            "sink_paused_partitions": sum(b.sink_paused for b in backpressure),
         }
 
     # -- Prometheus metrics (logic in streaming.metrics) --------------------------------------------------------------

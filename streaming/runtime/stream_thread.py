@@ -105,6 +105,8 @@ class StreamThread(threading.Thread):
         self._offset_resets = self.tasks.offset_resets()
         self._cooperative = "cooperative" in config.consumer_config().get("partition.assignment.strategy", "")
         self._paused: set[tuple[str, int]] = set()  # paused by backpressure (see _pause_full)
+        self._sink_paused: set[tuple[str, int]] = set()  # paused while their task's external sink is down
+        self.sink_pauses = 0  # times a task's input was paused because an external sink could not write
         self._processing_budget = config["max.poll.processing.ms"] / 1000 or float("inf")
         self._chunk = min(FIRST_CHUNK, config.max_poll_records)  # records per task per processing round (ROUND_SHARE)
         self._round_seconds = self._round_records = 0.0  # decayed sums behind the time per record (_size_chunk)
@@ -249,9 +251,11 @@ class StreamThread(threading.Thread):
                     watchdog.check(now, task_of, self._end_offset)
                 next_lag = now + LAG_INTERVAL_MS
             self.tasks.punctuate_wall_clock(now)
-            if now >= next_commit or self.tasks.commit_requested():
+            if now >= next_commit or self.tasks.commit_requested() or self._sink_retry_due():
                 self.tasks.commit(list(self.tasks.tasks.values()))
                 next_commit = wall_clock_ms() + commit_interval
+                if self._sink_paused or self._blocked_sinks:
+                    self._pause_blocked_sinks()
 
     def _subscribe(self) -> None:
         self._waiting_since = time.monotonic()
@@ -538,12 +542,42 @@ class StreamThread(threading.Thread):
             self._paused.update(full)
             self.backpressure_pauses += len(full)
 
+    @property
+    def _blocked_sinks(self) -> bool:
+        return any(task.sinks_blocked for task in self.tasks.tasks.values())
+
+    def _sink_retry_due(self) -> bool:
+        """Whether a task whose external sink failed may flush again (then the loop commits early)."""
+        if not self._sink_paused:
+            return False
+        now = time.monotonic()
+        return any(0 < task.sink_retry_at() <= now for task in self.tasks.tasks.values() if task.sinks_blocked)
+
+    def _pause_blocked_sinks(self) -> None:
+        """Backpressure from outside Kafka (streaming.runtime.external_sinks): pause the input of each task whose
+        external sink could not write at this commit, so its offsets wait and nothing more is fetched for it; the
+        loop keeps polling (the thread stays in its group) and retries the flush when the sink says; resume the
+        input of tasks whose sink wrote again. Records already buffered are still processed into the sink."""
+        blocked = {tp for task in self.tasks.tasks.values() if task.sinks_blocked for tp in task.partitions}
+        newly = blocked - self._sink_paused
+        if newly:
+            log.warning("%s pauses input partitions %s: an external sink (database) cannot write; their offsets are "
+                        "committed once it has written everything", self.name, sorted(newly))
+            self.consumer.pause([TopicPartition(*tp) for tp in newly])
+            self.sink_pauses += 1
+        recovered = [tp for tp in self._sink_paused - blocked if tp in self.tasks.task_of and tp not in self._paused]
+        if recovered:
+            log.info("%s resumes input partitions %s: the external sink wrote again", self.name, sorted(recovered))
+            self.consumer.resume([TopicPartition(*tp) for tp in recovered])
+        self._sink_paused = blocked
+
     def _resume_drained(self) -> None:
         """Resume the paused partitions whose buffer is down to half of ``buffered.records.per.partition``
         (forget those no task of this thread owns any more: a rebalance took them)."""
         limit = self.config["buffered.records.per.partition"]
         task_of = self.tasks.task_of
         ready = [tp for tp in self._paused if tp not in task_of or task_of[tp].buffered_count(tp) <= limit // 2]
+        ready = [tp for tp in ready if tp not in self._sink_paused]  # those wait for their sink
         if ready:
             owned = [tp for tp in ready if tp in task_of]
             if owned:
@@ -614,7 +648,8 @@ class StreamThread(threading.Thread):
             buffered=sum(task.buffered_records for task in tasks),
             paused=len(self._paused), pauses=self.backpressure_pauses, resumes=self.backpressure_resumes,
             time_cap_hits=self.time_cap_hits, throttled_seconds=self.throttled_seconds,
-            queue_full=self.collector.queue_full_stalls, queue_full_seconds=self.collector.queue_full_seconds)
+            queue_full=self.collector.queue_full_stalls, queue_full_seconds=self.collector.queue_full_seconds,
+            sink_paused=len(self._sink_paused), sink_pauses=self.sink_pauses)
 
     @property
     def commits(self) -> int:
@@ -674,6 +709,7 @@ class StreamThread(threading.Thread):
         self._on_state(self, "REBALANCING")
         pairs = as_pairs(partitions)
         self._paused.difference_update(pairs)
+        self._sink_paused.difference_update(pairs)
         if not self._clean_shutdown:
             self.tasks.lose(pairs)
             return
@@ -686,6 +722,7 @@ class StreamThread(threading.Thread):
         self._on_state(self, "REBALANCING")
         pairs = as_pairs(partitions)
         self._paused.difference_update(pairs)
+        self._sink_paused.difference_update(pairs)
         if isinstance(self.collector.producer, TransactionalProducer):
             # The open transaction holds the lost tasks' writes, which another member now redoes: none of it may
             # commit. (The embedded broker does not check the group generation of a transaction's offsets.)

@@ -30,6 +30,7 @@ from streaming.runtime.error_handlers import (
     RecordErrorHandlers,
     fail_always,
 )
+from streaming.runtime.external_sinks import ExternalSink, flush_all
 from streaming.runtime.partition_group import Buffered, PartitionGroup
 from streaming.runtime.punctuation import PunctuationQueue, PunctuationSchedule
 from streaming.runtime.record_collector import UNASSIGNED, RecordCollector
@@ -144,6 +145,10 @@ class StreamTask:
         self._cache_budget = cache_budget
         self._errors = errors or fail_always()
         self._skipped: dict[TopicPartition, list[int]] = {}  # skipped offsets not buffered (see _skip_unbuffered)
+        # Destinations outside Kafka flushed at each commit before its offsets (streaming.runtime.external_sinks);
+        # sinks_blocked: the last flush of one of them failed, so the task's offsets wait and its input is paused.
+        self.external_sinks: list[ExternalSink] = []
+        self.sinks_blocked = False
 
     # -- construction ------------------------------------------------------------------------------------
     def open_stores(self) -> None:
@@ -756,10 +761,16 @@ class StreamTask:
 
     # -- commit and close -------------------------------------------------------------------------------------
     def prepare_commit(self) -> dict[TopicPartition, int]:
-        """Flush the stores (and send the partition times to the stream-time topic, if the task keeps one);
-        return the offsets processed since the last commit (see :meth:`offset_metadata` for their metadata)."""
+        """Flush the stores, then the external sinks (and send the partition times to the stream-time topic, if
+        the task keeps one); return the offsets processed since the last commit (see :meth:`offset_metadata` for
+        their metadata). Nothing while an external sink cannot write (:attr:`sinks_blocked`): nothing of this task
+        is committed until a later flush succeeds."""
         for store in self.stores.values():
             store.flush()
+        if self.external_sinks:
+            self.sinks_blocked = not flush_all(self.external_sinks)
+            if self.sinks_blocked:
+                return {}
         if self._skipped:
             self._cover_skipped()
         if self.stream_time_topic is not None:
@@ -795,11 +806,38 @@ class StreamTask:
         ``init``-ed again, with fresh punctuation schedules (``init`` schedules them anew)."""
         self._emits.clear()
         self._sources.clear()
+        self._close_external_sinks()  # the nodes register new ones
         self._stream_punctuations = PunctuationQueue()
         self._wall_punctuations = PunctuationQueue()
         self.commit_requested = False
         self.initialized = False
         self.initialize_topology()
+
+    def add_external_sink(self, sink: ExternalSink) -> None:
+        """Flush ``sink`` at each commit, before the offsets (see :mod:`streaming.runtime.external_sinks`)."""
+        self.external_sinks.append(sink)
+
+    def reject_output(self, destination: str, source: Any, key: bytes | None, value: bytes | None,
+                      error: Exception) -> None:
+        """An output an external sink's destination refused (see ``NodeContext.reject_output``); ``source`` is the
+        input it came from: a consumed message, a :class:`RecordSource` or None. The dead letter keeps the output,
+        never the input's bytes (the row may stand for many inputs)."""
+        if source is not None and not isinstance(source, RecordSource):
+            source = RecordSource(self.id, source.topic(), source.partition(), source.offset(), source.timestamp()[1],
+                                  source.headers())
+        timestamp = source.timestamp_ms if source is not None else self.current_timestamp
+        self._errors.handle(ErrorContext.of_message(PRODUCTION, self.id, source, timestamp, output_topic=destination,
+                                                    output_partition=-1, output_key=key, output_value=value), error)
+
+    def sink_retry_at(self) -> float:
+        """When the earliest blocked external sink may be flushed again (``time.monotonic()``; 0.0: none is)."""
+        return min((sink.retry_at for sink in self.external_sinks if sink.retry_at), default=0.0)
+
+    def _close_external_sinks(self) -> None:
+        for sink in self.external_sinks:
+            sink.close()
+        self.external_sinks.clear()
+        self.sinks_blocked = False
 
     def _flush_caches(self) -> None:
         for store in self.stores.values():
@@ -826,6 +864,7 @@ class StreamTask:
                     store.close()
             except Exception:
                 log.exception("task %s: store %r failed to close", self.id, name)
+        self._close_external_sinks()
         if self.group is not None:
             self.group.clear()
         self._backlog.clear()

@@ -100,13 +100,22 @@ class PostgresServer:
             self._run("initdb", "-D", str(self.data_dir), "-U", self.user, "--auth=scram-sha-256",
                       f"--pwfile={password_file}", "--encoding=UTF8", "--no-sync", "--no-instructions")
             password_file.unlink()
-            options = f"-p {self.port} -k {self.root} -c listen_addresses={self.host} -c fsync=off"
-            self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.root / "server.log"), "-o", options,
-                      "-w", "-t", "60", "start")
+            self.start_server()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def start_server(self) -> None:
+        """Start the server on the cluster made by :meth:`start` (again, after :meth:`stop_server`)."""
+        assert self.root is not None, "not started"
+        options = f"-p {self.port} -k {self.root} -c listen_addresses={self.host} -c fsync=off"
+        self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.root / "server.log"), "-o", options,
+                  "-w", "-t", "60", "start")
+
+    def stop_server(self) -> None:
+        """Stop the server, keeping its cluster (a database outage; :meth:`start_server` brings it back)."""
+        self._run("pg_ctl", "-D", str(self.data_dir), "-m", "fast", "-w", "-t", "30", "stop")
 
     def stop(self) -> None:
         """Stop the server (fast shutdown, immediate if that fails) and remove its directory."""

@@ -66,7 +66,8 @@ def test_every_family_with_its_type() -> None:
         "brook_backpressure_resumes": "counter", "brook_processing_time_cap_hits": "counter",
         "brook_throttled_seconds": "counter", "brook_producer_queue_full": "counter",
         "brook_producer_queue_full_seconds": "counter", "brook_shed_records": "counter",
-        "brook_source_idle": "gauge", "brook_source_idle_seconds": "gauge"}
+        "brook_source_idle": "gauge", "brook_source_idle_seconds": "gauge", "brook_sink_paused_partitions": "gauge",
+        "brook_sink_pauses": "counter"}
 
 
 def samples(name: str) -> dict[tuple[tuple[str, str], ...], float]:

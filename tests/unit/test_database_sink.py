@@ -1,0 +1,205 @@
+"""streaming.sinks.DatabaseSink on real databases (a SQLite file, and throwaway MariaDB and PostgreSQL servers):
+rows equal to the table, only newer (epoch, version) rows written, one round trip per flush, rejected rows to the
+dead-letter topic, an unreachable database retried with backoff, and start-up errors naming what is wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, create_engine, select
+
+from streaming import ConfigError, Serdes
+from streaming.naming import dead_letter_topic
+from streaming.runtime.dead_letters import error_headers
+from streaming.sinks import DatabaseSink
+from streaming.sinks.database import TaskDatabaseWriter
+from streaming.testing import TopologyTestDriver
+from tests.integration.workloads.profiles import oracle, profile_row, profile_table, profiles_topology
+
+BACKENDS = ["sqlite", "mariadb", "postgres"]
+APP = "profiles-app"
+
+
+def stored(url: str, table: Table) -> dict[str, dict[str, Any]]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(select(table)).mappings().all()
+    finally:
+        engine.dispose()
+    return {row["user_id"]: {k: v for k, v in row.items() if k != "user_id"} for row in rows}
+
+
+def expected(orders: list[tuple[str, dict[str, int]]], epoch: int = 0) -> dict[str, dict[str, Any]]:
+    return {user: {**profile, "reset_epoch": epoch} for user, profile in oracle(orders).items()}
+
+
+def orders_of(users: int, per_user: int) -> list[tuple[str, dict[str, int]]]:
+    return [(f"u{u}", {"seq": n, "cents": 100 * u + n}) for n in range(1, per_user + 1) for u in range(users)]
+
+
+def writer(sink: DatabaseSink, epoch: int = 0) -> tuple[TaskDatabaseWriter, list[tuple[Any, ...]]]:
+    rejected: list[tuple[Any, ...]] = []
+    return TaskDatabaseWriter(sink, epoch, lambda *args: rejected.append(args)), rejected
+
+
+def row(user: str, version: int, orders: int | None = None) -> dict[str, Any]:
+    n = version if orders is None else orders
+    return {"user_id": user, "orders": n, "total_cents": 10 * n, "last_seq": n, "version": version}
+
+
+def put(task: TaskDatabaseWriter, written: dict[str, Any]) -> None:
+    """Buffer a row as the sink's node does: with the writer's epoch."""
+    task.add({**written, "reset_epoch": task.epoch}, None)
+
+
+def as_stored(written: dict[str, Any], epoch: int) -> dict[str, Any]:
+    """What ``stored`` shows of a row the sink wrote at ``epoch``."""
+    return {**{k: v for k, v in written.items() if k != "user_id"}, "reset_epoch": epoch}
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+def test_profiles_through_the_test_driver_equal_the_oracle(database_url: str) -> None:
+    sink = DatabaseSink(database_url, profile_table(), profile_row, create_table=True)
+    orders = orders_of(users=5, per_user=4)
+    try:
+        with TopologyTestDriver(profiles_topology("orders", sink), {"application.id": APP}) as driver:
+            source = driver.create_input_topic("orders", Serdes.String(), Serdes.Json())
+            for user, order in orders:
+                source.pipe_input(user, order)
+            source.pipe_input("u0", orders[0][1])  # a replayed order changes nothing
+        assert stored(database_url, sink.table) == expected(orders)
+    finally:
+        sink.dispose()
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+def test_only_a_newer_epoch_and_version_overwrites_a_row(database_url: str) -> None:
+    sink = DatabaseSink(database_url, profile_table(), profile_row, create_table=True)
+    try:
+        at_epoch_0, _ = writer(sink, epoch=0)
+        for version in (5, 3):  # two flushes: the replayed, older row does not win
+            put(at_epoch_0, row("a", version))
+            put(at_epoch_0, row("b", version))
+            assert at_epoch_0.flush()
+        put(at_epoch_0, row("a", 5, orders=99))  # an equal version is not newer
+        assert at_epoch_0.flush()
+        assert stored(database_url, sink.table)["a"] == as_stored(row("a", 5), 0)
+        # After a reset the versions start again, and the new epoch wins: every column, the version and the
+        # epoch too (MySQL assigns left to right: the version and epoch columns go last).
+        at_epoch_1, _ = writer(sink, epoch=1)
+        put(at_epoch_1, row("a", 1))
+        assert at_epoch_1.flush()
+        put(at_epoch_0, row("a", 7))  # a straggler of the old epoch: older than anything of epoch 1
+        assert at_epoch_0.flush()
+        rows = stored(database_url, sink.table)
+        assert rows["a"] == as_stored(row("a", 1), 1)
+        assert rows["b"] == as_stored(row("b", 5), 0)
+    finally:
+        sink.dispose()
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+def test_a_flush_keeps_the_newest_row_per_key_in_one_round_trip(database_url: str) -> None:
+    sink = DatabaseSink(database_url, profile_table(), profile_row, create_table=True)
+    try:
+        task, _ = writer(sink)
+        put(task, row("warm-up", 1))
+        assert task.flush()  # creates the table
+        round_trips = sink.count_round_trips()
+        for version in (3, 1, 4, 2):  # out of order: the buffer keeps version 4 of each key
+            for user in range(500):
+                put(task, row(f"u{user}", version))
+        assert task.buffered == 500
+        assert task.flush()
+        assert round_trips() == 1
+        rows = stored(database_url, sink.table)
+        assert {user: r["version"] for user, r in rows.items() if user != "warm-up"} == \
+            {f"u{user}": 4 for user in range(500)}
+    finally:
+        sink.dispose()
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+def test_a_row_the_database_rejects_goes_to_the_dead_letter_topic_and_the_rest_are_written(database_url: str) -> None:
+    sink = DatabaseSink(database_url, profile_table(), profile_row, create_table=True)
+    good = orders_of(users=3, per_user=2)
+    config = {"application.id": APP, "production.exception.handler": "dead_letter"}
+    try:
+        with TopologyTestDriver(profiles_topology("orders", sink), config) as driver:
+            source = driver.create_input_topic("orders", Serdes.String(), Serdes.Json())
+            dlq = driver.create_output_topic(dead_letter_topic(APP), Serdes.Json(), Serdes.Json())
+            source.pipe_input("bad", {"seq": 1, "cents": -5})  # breaks the table's CHECK (total_cents >= 0)
+            for user, order in good:
+                source.pipe_input(user, order)
+            letter = dlq.read_record()
+            assert dlq.is_empty()
+        assert stored(database_url, sink.table) == expected(good)
+        headers = error_headers(letter.headers)
+        assert headers["stage"] == "production"
+        assert headers["record"] == "output"
+        assert headers["output.topic"] == "database:user_profiles"
+        assert headers["source.topic"] == "orders" and headers["source.offset"] == "0"
+        assert "rejected the row with key {'user_id': 'bad'}" in headers["message"]
+        assert "total_not_negative" in headers["message"].lower() or "check" in headers["message"].lower()
+        assert letter.key == {"user_id": "bad"}
+        assert letter.value["total_cents"] == -5 and letter.value["version"] == 1
+    finally:
+        sink.dispose()
+
+
+def test_an_unreachable_database_keeps_the_rows_and_backs_off(tmp_path: Path) -> None:
+    missing_dir = tmp_path / "not-yet"
+    sink = DatabaseSink(f"sqlite:///{missing_dir / 'sink.db'}", profile_table(), profile_row, create_table=True,
+                        retry_backoff_ms=50, retry_backoff_max_ms=120)
+    try:
+        task, rejected = writer(sink)
+        put(task, row("a", 1))
+        waits = []
+        for _ in range(4):
+            assert not task.flush()
+            waits.append(task.retry_at)
+            assert not task.flush()  # before retry_at: not even tried
+            task.retry_at = 0.0  # as if the wait had passed
+        assert task.buffered == 1 and not rejected
+        missing_dir.mkdir()
+        assert task.flush()
+        assert task.retry_at == 0.0 and task.buffered == 0
+        assert stored(f"sqlite:///{missing_dir / 'sink.db'}", sink.table)["a"]["version"] == 1
+    finally:
+        sink.dispose()
+
+
+def table_without(column: str) -> Table:
+    columns = [Column("user_id", String(64), primary_key=True), Column("orders", Integer, nullable=False),
+               Column("reset_epoch", Integer, nullable=False), Column("version", BigInteger, nullable=False)]
+    return Table("t", MetaData(), *[c for c in columns if c.name != column])
+
+
+@pytest.mark.parametrize(("url", "table", "message"), [
+    ("oracle://u:secret@h/db", profile_table(), "unsupported database 'oracle'"),
+    ("not a url", profile_table(), "not a SQLAlchemy URL"),
+    ("sqlite://", table_without("version"), "has no version_column 'version'"),
+    ("sqlite://", table_without("reset_epoch"), "has no epoch_column 'reset_epoch'"),
+    ("sqlite://", table_without("user_id"), "has no primary key"),
+    ("sqlite://", Table("n", MetaData(), Column("k", String(5), primary_key=True), Column("reset_epoch", Integer),
+                        Column("version", BigInteger, nullable=False)), "must be NOT NULL"),
+])
+def test_invalid_configuration_fails_at_construction_naming_what(url: str, table: Table, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as failure:
+        DatabaseSink(url, table, profile_row)
+    assert "secret" not in str(failure.value)
+
+
+def test_a_row_without_every_column_is_a_processing_error_naming_them(tmp_path: Path) -> None:
+    sink = DatabaseSink(f"sqlite:///{tmp_path / 'sink.db'}", profile_table(), lambda k, v: {"user_id": k, "x": 1})
+    try:
+        with TopologyTestDriver(profiles_topology("orders", sink), {"application.id": APP}) as driver:
+            source = driver.create_input_topic("orders", Serdes.String(), Serdes.Json())
+            with pytest.raises(Exception, match=r"missing \['last_seq', 'orders', 'total_cents', 'version'\], "
+                                                r"unknown \['x'\]"):
+                source.pipe_input("u1", {"seq": 1, "cents": 1})
+    finally:
+        sink.dispose()
