@@ -3,8 +3,8 @@
 1. the command line: ``--bootstrap-servers`` / ``-b`` of the data commands, ``--set bootstrap.servers=...``;
 2. the environment: ``BROOK_BOOTSTRAP_SERVERS``;
 3. the config file (``--config``), or the config mapping given to ``KafkaStreams``;
-4. the running embedded broker that ``brook broker start`` recorded in ``.brook/broker`` (of the working
-   directory);
+4. the running embedded broker that ``brook broker start`` recorded in its workdir (``$BROOK_BROKER_WORKDIR``,
+   else ``.brook/broker`` of the working directory);
 5. else ``127.0.0.1:9092``, a local Kafka on its default port.
 
 ``KafkaStreams`` given a config without ``bootstrap.servers`` takes steps 2, 4 and 5; a ``bootstrap.servers`` in
@@ -24,6 +24,7 @@ from typing import Any
 from streaming.broker import DEFAULT_WORKDIR, BrokerError, EmbeddedBroker
 
 ENV_VAR = "BROOK_BOOTSTRAP_SERVERS"
+BROKER_WORKDIR_VAR = "BROOK_BROKER_WORKDIR"  # where ``brook broker start`` runs the embedded broker
 LOCAL_KAFKA = "127.0.0.1:9092"
 log = logging.getLogger(__name__)
 
@@ -42,11 +43,11 @@ class Bootstrap:
 
 def resolve_bootstrap(flag: str | None = None, *, flag_name: str = "--bootstrap-servers",
                       config: Mapping[str, Any] | None = None, config_name: str = "the config file",
-                      environ: Mapping[str, str] | None = None,
-                      broker_dir: Path | str = DEFAULT_WORKDIR) -> Bootstrap:
-    """The first of: ``flag``, ``$BROOK_BOOTSTRAP_SERVERS``, ``config['bootstrap.servers']``, the embedded broker
-    running from ``broker_dir``, ``127.0.0.1:9092`` (see the module doc). Empty values count as unset."""
+                      environ: Mapping[str, str] | None = None) -> Bootstrap:
+    """The first of: ``flag``, ``$BROOK_BOOTSTRAP_SERVERS``, ``config['bootstrap.servers']``, the running embedded
+    broker, ``127.0.0.1:9092`` (see the module doc). Empty values count as unset."""
     env = os.environ if environ is None else environ
+    broker_dir = env.get(BROKER_WORKDIR_VAR) or DEFAULT_WORKDIR
     if flag:
         return Bootstrap(flag, flag_name)
     if env.get(ENV_VAR):
