@@ -34,6 +34,7 @@ from streaming.cli.settings import load_config, load_settings, read_config_file
 from streaming.cli.worker_state import (
     claim_state_dir,
     forget_failure,
+    last_failure,
     numbered_slots,
     remember_failure,
 )
@@ -130,7 +131,13 @@ def run(
         log.info("state.dir %s: the first one no other worker of %r holds (--set state.dir=DIR to choose)",
                  state_dir.path, application_id)
     try:
-        _serve(topology, settings, platform_spec, cleanup_command(config, application_id, state_dir.path, state_dir.chosen))
+        failure = last_failure(state_dir.path, application_id)
+        if failure is not None and failure.needs_cleanup:
+            typer.echo(f"error: {failure.reason} (this worker stopped so at {failure.time}; it starts again once "
+                       f"its old local state is deleted)", err=True)
+            raise typer.Exit(2)
+        _serve(topology, settings, platform_spec, cleanup_command(config, application_id, state_dir.path,
+                                                                  state_dir.chosen))
     finally:
         state_dir.release()
 
@@ -176,7 +183,8 @@ def _serve(target: str, settings: dict[str, Any], platform_spec: Path | None, cl
         forget_failure(state_dir, application_id)
         return
     reason = describe_failure(streams.exception, cleanup)
-    before = remember_failure(state_dir, application_id, reason)
+    before = remember_failure(state_dir, application_id, reason,
+                              needs_cleanup=isinstance(streams.exception, ChangelogMissingError))
     if before is not None:
         reason += (f" This worker failed the same way at {before}: a crash loop re-emits the output since the last "
                    f"commit each time")

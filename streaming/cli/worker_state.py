@@ -8,15 +8,18 @@ the same one again, so it restores only the changelogs' tail. That directory is 
 (its stores live in ``<n>/<application.id>/``, locked again by the runtime).
 
 **The last failure.** A worker that fails writes the one-line reason and the time into its ``state.dir``
-(``last-failure-<application.id>.json``); a clean stop deletes it. When the next failure is the same, the
-worker says when it failed that way before: a crash loop re-emits the output since the last commit every time.
+(``last-failure-<application.id>.json``); a clean stop and ``brook worker cleanup`` delete it. When the next
+failure is the same, the worker says when it failed that way before: a crash loop re-emits the output since the
+last commit every time. A changelog that is gone under local state is remembered as needing a cleanup: the
+failed restore consumed the checkpoint that showed it, so without this a restart would silently restore the
+store from what the new changelog holds.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -76,19 +79,35 @@ def _failure_file(state_dir: str, application_id: str) -> str:
     return os.path.join(state_dir, f"last-failure-{application_id}.json")
 
 
-def remember_failure(state_dir: str, application_id: str, reason: str) -> str | None:
+@dataclass(frozen=True)
+class Failure:
+    """A failure the worker remembers: when (ISO time, UTC), the one-line reason, and whether the worker must not
+    start again before its local state is deleted (``brook worker cleanup``)."""
+
+    time: str
+    reason: str
+    needs_cleanup: bool = False
+
+
+def last_failure(state_dir: str, application_id: str) -> Failure | None:
+    """The failure the worker in ``state_dir`` remembers, if any (an unreadable record counts as none)."""
+    try:
+        with open(_failure_file(state_dir, application_id)) as file:
+            raw = json.load(file)
+        return Failure(str(raw["time"]), str(raw["reason"]), bool(raw.get("needs_cleanup", False)))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def remember_failure(state_dir: str, application_id: str, reason: str, *, needs_cleanup: bool = False) -> str | None:
     """Record ``reason`` as the worker's last failure; return when it failed the same way before (ISO time, UTC),
     else None."""
-    path = _failure_file(state_dir, application_id)
-    try:
-        with open(path) as file:
-            previous = json.load(file)
-    except (OSError, ValueError):
-        previous = {}
+    previous = last_failure(state_dir, application_id)
+    failure = Failure(datetime.now(UTC).isoformat(timespec="seconds"), reason, needs_cleanup)
     os.makedirs(state_dir, exist_ok=True)
-    with open(path, "w") as file:
-        json.dump({"time": datetime.now(UTC).isoformat(timespec="seconds"), "reason": reason}, file)
-    return previous.get("time") if isinstance(previous, dict) and previous.get("reason") == reason else None
+    with open(_failure_file(state_dir, application_id), "w") as file:
+        json.dump(asdict(failure), file)
+    return previous.time if previous is not None and previous.reason == reason else None
 
 
 def forget_failure(state_dir: str, application_id: str) -> None:

@@ -19,7 +19,7 @@ from streaming.cli.data import _from_text
 from streaming.cli.logs import TextFormatter
 from streaming.cli.settings import load_settings, parse_overrides
 from streaming.cli.worker import cleanup_command, describe_failure
-from streaming.cli.worker_state import claim_state_dir, forget_failure, remember_failure
+from streaming.cli.worker_state import claim_state_dir, forget_failure, last_failure, remember_failure
 from streaming.errors import ChangelogMissingError, DeserializationError
 from streaming.naming import is_legal_topic_name
 from streaming.serdes import JsonSerde
@@ -110,7 +110,10 @@ def test_the_last_failure_is_remembered_until_a_clean_stop(tmp_path: Path) -> No
     assert before is not None and before.endswith("+00:00")
     assert remember_failure(str(tmp_path), "app", "another failure") is None
     forget_failure(str(tmp_path), "app")
-    assert remember_failure(str(tmp_path), "app", "another failure") is None
+    assert last_failure(str(tmp_path), "app") is None
+    assert remember_failure(str(tmp_path), "app", "changelog gone", needs_cleanup=True) is None
+    remembered = last_failure(str(tmp_path), "app")
+    assert remembered is not None and (remembered.reason, remembered.needs_cleanup) == ("changelog gone", True)
 
 
 def test_failures_name_their_fix() -> None:
