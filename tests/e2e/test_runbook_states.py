@@ -1,6 +1,7 @@
-"""platform/runbooks/archive-and-quality.md runs as written, from the state it creates: its "Start here"
-blocks on a new broker of ``brook broker start`` (the worker line in the background until the consume block
-shows the counts, then Ctrl-C), then its ``dagster asset materialize`` block.
+"""Runbooks run as written, from the state they create or name: platform/runbooks/archive-and-quality.md's
+"Start here" blocks on a new broker of ``brook broker start`` (the worker line in the background until the
+consume block shows the counts, then Ctrl-C), then its ``dagster asset materialize`` block; then
+platform/runbooks/compaction.md's, which names that state as its start.
 
 Kept apart from the checkout: the broker's workdir, the workers' state (``TMPDIR``), ``DAGSTER_HOME`` and the
 archive live in a temporary directory (a copy of the platform spec through ``BROOK_PLATFORM_SPEC`` names the
@@ -23,11 +24,12 @@ import yaml
 
 from assets.archive.layout import day_row_count
 from assets.platform_spec import load_platform_spec
+from streaming.state import snapshots
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNBOOK = ROOT / "platform" / "runbooks" / "archive-and-quality.md"
+RUNBOOKS = ROOT / "platform" / "runbooks"
 BIN = str(Path(sys.executable).parent)
 
 
@@ -43,13 +45,16 @@ def shell(code: str, env: dict[str, str], check: bool = True, timeout: float = 6
     return result
 
 
-def test_the_archive_runbook_runs_from_the_state_it_creates(tmp_path: Path) -> None:
-    start, inspect, *rest = sh_blocks(RUNBOOK.read_text().split("## Start here", 1)[1])
+def test_the_archive_and_compaction_runbooks_run_from_the_state_they_create(tmp_path: Path) -> None:
+    start, inspect, *rest = sh_blocks((RUNBOOKS / "archive-and-quality.md").read_text().split("## Start here", 1)[1])
     [materialize] = [block for block in rest if "dagster asset materialize" in block]
+    compaction = sh_blocks((RUNBOOKS / "compaction.md").read_text().split("## Run it", 1)[1])[0]
+    assert "snapshots/wordcount/word-counts" in compaction
     assert "brook broker start" in start and "brook consume" in inspect
 
     spec = yaml.safe_load((ROOT / "platform" / "platform.yaml").read_text())
     spec["archive"]["location"] = str(tmp_path / "archive")
+    spec["snapshots"]["location"] = str(tmp_path / "snapshots")
     spec["clusters"]["embedded"]["workdir"] = str(tmp_path / "broker")
     spec_path = tmp_path / "platform.yaml"
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -76,9 +81,12 @@ def test_the_archive_runbook_runs_from_the_state_it_creates(tmp_path: Path) -> N
             os.killpg(worker.pid, signal.SIGINT)
             assert worker.wait(timeout=60) == 0
         shell(materialize.replace("$PWD/.dagster", str(tmp_path / "dagster_home")), env)
+        shell(compaction.replace("$PWD/.dagster", str(tmp_path / "dagster_home")), env)
     finally:
         shell(".venv/bin/brook broker stop", env, check=False, timeout=60)
 
     root, today = load_platform_spec(spec_path).archive.root(), datetime.now(UTC).date()
     assert day_row_count(root, "wordcount-lines", today) == 3
     assert day_row_count(root, "wordcount-counts", today) >= 1
+    manifest = snapshots.latest_manifest(str(tmp_path / "snapshots"), "wordcount", "word-counts")
+    assert manifest is not None and manifest.records_read >= 1
