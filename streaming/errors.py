@@ -96,6 +96,21 @@ class StateDirectoryLockedError(StreamsError):
     ``<state.dir>/<application.id>``: each running instance of an app needs a ``state.dir`` of its own."""
 
 
+class ChangelogMissingError(StreamsError):
+    """Local state (its checkpoint) or a snapshot claims changelog offsets the changelog does not have: the topic
+    was recreated (an application reset, a broker that lost its storage) or truncated. ``summary`` says so in one
+    short sentence naming the store, the task and the changelog partition (the message adds the why and the fix);
+    ``app_dir`` is the application's local state directory, what deleting the old local state removes."""
+
+    def __init__(self, message: str, summary: str, app_dir: str | None) -> None:
+        super().__init__(message)
+        self.summary = summary
+        self.app_dir = app_dir
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self), self.summary, self.app_dir))
+
+
 class TaskTimeoutError(StreamsError):
     """A task made no progress for ``task.timeout.ms``: what it waits for from the broker (its committed offsets,
     the end of its stream-time partition, a changelog's end) kept failing (Kafka Streams' ``TimeoutException``

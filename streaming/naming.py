@@ -33,6 +33,14 @@ def is_legal_name(name: Any) -> bool:
             and name not in (".", ".."))
 
 
+MAX_TOPIC_NAME_LENGTH = 249  # Kafka's limit
+
+
+def is_legal_topic_name(name: str) -> bool:
+    """Whether Kafka takes ``name`` as a topic name (Kafka's ``Topic.validate``)."""
+    return len(name) <= MAX_TOPIC_NAME_LENGTH and _LEGAL.fullmatch(name) is not None and name not in (".", "..")
+
+
 def check_store_name(name: Any) -> str:
     """``name`` if it is a legal store name, else :class:`TopologyError` saying why."""
     if not is_legal_name(name):

@@ -34,13 +34,18 @@ def _serde(name: str, option: str) -> Serde[Any]:
         raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
-def _from_text(text: str, serde: Serde[Any]) -> Any:
+def _from_text(text: str, serde: Serde[Any], option: str) -> Any:
     """The object a serde takes, from how it is written on a line (JSON for Json and numbers)."""
     if isinstance(serde, StringSerde):
         return text
     if isinstance(serde, BytesSerde):
         return text.encode()
-    return json.loads(text)
+    try:
+        return json.loads(text)
+    except ValueError:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise ValueError(f"{shown!r} is not JSON, which {option} {type(serde).__name__.removesuffix('Serde')} "
+                         f"reads; plain text needs {option} String") from None
 
 
 def _records(lines: TextIO, fmt: str, key_serde: Serde[Any], value_serde: Serde[Any]) -> Any:
@@ -50,7 +55,11 @@ def _records(lines: TextIO, fmt: str, key_serde: Serde[Any], value_serde: Serde[
             continue
         try:
             if fmt == "json":
-                record = json.loads(line)
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    raise ValueError("not JSON: --format json reads one object per line like "
+                                     '{"key": ..., "value": ..., "timestamp": ms}') from None
                 if not isinstance(record, dict) or "value" not in record:
                     raise ValueError('expected an object like {"key": ..., "value": ..., "timestamp": ms}')
                 yield record.get("key"), record["value"], record.get("timestamp"), record.get("headers")
@@ -58,8 +67,8 @@ def _records(lines: TextIO, fmt: str, key_serde: Serde[Any], value_serde: Serde[
                 key_text, tab, value_text = line.partition("\t")
                 if not tab:
                     key_text, value_text = "", line
-                key = _from_text(key_text, key_serde) if key_text else None
-                yield key, _from_text(value_text, value_serde), None, None
+                key = _from_text(key_text, key_serde, "--key-serde") if key_text else None
+                yield key, _from_text(value_text, value_serde, "--value-serde"), None, None
         except ValueError as exc:
             raise typer.BadParameter(f"line {number}: {exc}", param_hint="input") from None
 
@@ -125,7 +134,7 @@ def consume(
         ends = watermarks(settings["bootstrap.servers"], [(topic, p) for p in partitions], client_config=settings)
         consumer.assign([TopicPartition(topic, p, ends[(topic, p)][1]) for p in partitions])
     at_end: set[int] = set()
-    shown = 0
+    shown = undecodable = 0
     try:
         while (follow or len(at_end) < len(partitions)) and (max_records is None or shown < max_records):
             for message in consumer.consume(500, 0.5):
@@ -136,12 +145,20 @@ def consume(
                         continue
                     raise RuntimeError(f"reading {topic}[{message.partition()}]: {error.str()}")
                 at_end.discard(message.partition())
-                typer.echo(_show(message, keys, values, fmt))
+                try:
+                    line = _show(message, keys, values, fmt)
+                except Exception as exc:  # noqa: BLE001 - any serde failure: show the raw record and go on
+                    line = _show_undecodable(message, exc, fmt)
+                    undecodable += 1
+                typer.echo(line)
                 shown += 1
                 if max_records is not None and shown >= max_records:
                     break
     finally:
         consumer.close()
+    if undecodable:
+        typer.echo(f"{undecodable} of {shown} records could not be decoded with --key-serde {key_serde} "
+                   f"--value-serde {value_serde}: shown raw", err=True)
 
 
 def _show(message: Any, keys: Serde[Any], values: Serde[Any], fmt: str) -> str:
@@ -154,6 +171,23 @@ def _show(message: Any, keys: Serde[Any], values: Serde[Any], fmt: str) -> str:
         if timestamp >= 0 else "-"
     shown = json.dumps(_jsonable(value)) if isinstance(values, JsonSerde) else value
     return f"p{message.partition()} @{message.offset()} {when}  {key}\t{shown}"
+
+
+def _show_undecodable(message: Any, exc: Exception, fmt: str) -> str:
+    """A record the serdes cannot read: where it is, why, and its raw key and value bytes."""
+    reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+    if fmt == "json":
+        return json.dumps({"partition": message.partition(), "offset": message.offset(), "undecodable": reason,
+                           "raw_key": _raw(message.key()), "raw_value": _raw(message.value())})
+    return (f"p{message.partition()} @{message.offset()} undecodable ({reason}): key {_raw(message.key())} "
+            f"value {_raw(message.value())}")
+
+
+def _raw(data: bytes | None) -> str | None:
+    """Bytes as a Python literal, cut at 200 bytes."""
+    if data is None:
+        return None
+    return repr(data[:200]) + (f"... ({len(data)} bytes)" if len(data) > 200 else "")
 
 
 def _jsonable(value: Any) -> Any:

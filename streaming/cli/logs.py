@@ -3,7 +3,9 @@
 
 A JSON line holds ``time`` (ISO 8601, UTC), ``level``, ``logger``, ``message``, ``thread``, the fields
 :func:`set_log_fields` added (the worker adds ``application_id``), any ``extra=`` fields of the call, and
-``exception`` with the traceback when there is one. Extra fields named like secrets (``streaming.config``'s
+``exception`` with the traceback when there is one. Text lines carry a traceback only when debugging
+(``--debug``, ``BROOK_DEBUG=1``); otherwise a line that logged an exception ends with its type and first line.
+Extra fields named like secrets (``streaming.config``'s
 rule) are written as ``***``; messages themselves never carry secret values (the runtime logs redacted
 config only).
 """
@@ -11,6 +13,7 @@ config only).
 from __future__ import annotations
 
 import logging
+import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +29,27 @@ _OURS = "brook_handler"  # marks the handler configure_logging made
 
 # Attributes every LogRecord has: what is not among them came from ``extra=``.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+def debugging() -> bool:
+    """Whether tracebacks are wanted: ``--debug`` or ``BROOK_DEBUG`` set to anything but ``0``."""
+    return os.environ.get("BROOK_DEBUG", "") not in ("", "0")
+
+
+class TextFormatter(logging.Formatter):
+    """:data:`TEXT_FORMAT` lines; a logged exception's traceback only when :func:`debugging`."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not record.exc_info or debugging():
+            return super().format(record)
+        exc = record.exc_info[1]
+        quiet = logging.makeLogRecord({**vars(record), "exc_info": None, "exc_text": None})
+        line = super().format(quiet)
+        first = str(exc).splitlines()[0] if exc is not None and str(exc) else ""
+        return line if first and first in line else f"{line} ({type(exc).__name__}{': ' + first if first else ''})"
 
 
 class JsonFormatter(logging.Formatter):
@@ -55,7 +79,7 @@ def configure_logging(level: int, log_format: str) -> None:
     format of the handler it made; handlers others installed (a test's log capture) are left alone."""
     if log_format not in LOG_FORMATS:
         raise ValueError(f"unknown log format {log_format!r}: use {' or '.join(LOG_FORMATS)}")
-    formatter = JsonFormatter() if log_format == JSON else logging.Formatter(TEXT_FORMAT)
+    formatter = JsonFormatter() if log_format == JSON else TextFormatter()
     root = logging.getLogger()
     ours = [handler for handler in root.handlers if getattr(handler, _OURS, False)]
     if ours:

@@ -19,7 +19,7 @@ from streaming.cli.app import app as app_app
 from streaming.cli.broker import app as broker_app
 from streaming.cli.data import consume, produce
 from streaming.cli.dlq import app as dlq_app
-from streaming.cli.logs import LOG_FORMATS, TEXT, configure_logging
+from streaming.cli.logs import LOG_FORMATS, TEXT, configure_logging, debugging
 from streaming.cli.status import status
 from streaming.cli.topics import app as topics_app
 from streaming.cli.worker import app as worker_app
@@ -82,7 +82,7 @@ def run() -> None:
     try:
         app()
     except Exception as exc:  # Click/typer usage errors never get here: they print their own message
-        if os.environ.get("BROOK_DEBUG", "") not in ("", "0") or "--debug" in sys.argv:
+        if debugging() or "--debug" in sys.argv:
             raise
         message = str(exc) if str(exc) else type(exc).__name__
         typer.echo(f"error: {message.splitlines()[0]}", err=True)

@@ -8,6 +8,7 @@ import typer
 
 from streaming.admin import create_topics, delete_topics, watermarks
 from streaming.cli.connection import BootstrapOption, ConfigOption, SetOption, client_config
+from streaming.naming import MAX_TOPIC_NAME_LENGTH, is_legal_topic_name
 from streaming.runtime.cluster import cluster_metadata
 
 app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, no_args_is_help=True,
@@ -35,6 +36,9 @@ def create(
     bootstrap: BootstrapOption = None, config: ConfigOption = None, overrides: SetOption = None,
 ) -> None:
     """Create a topic (an existing one with the same partition count is fine)."""
+    if not is_legal_topic_name(topic):
+        raise typer.BadParameter(f"{topic!r} is not a legal topic name: up to {MAX_TOPIC_NAME_LENGTH} letters, "
+                                 f"digits, '.', '_' and '-' (and not '.' or '..')", param_hint="TOPIC")
     settings = client_config(bootstrap, config, overrides)
     configs: dict[str, str] = {}
     for item in topic_configs or []:

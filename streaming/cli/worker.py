@@ -1,10 +1,14 @@
 """``brook worker run MODULE:FACTORY --config FILE``: run one stream worker process until stopped.
 
-``FACTORY`` names a ``Topology`` or a function returning one. The config file is YAML (or JSON) with
-Kafka Streams keys; ``BROOK_<KEY>`` environment variables set keys (``BROOK_BOOTSTRAP_SERVERS``,
-``BROOK_SASL_PASSWORD``), ``--set key=value`` overrides single keys, and values may refer to
-``${env:NAME}`` / ``${file:/path}``. SIGTERM and SIGINT close the worker cleanly: it commits what it processed,
-closes its tasks and leaves the group. The exit code is 0 after a clean stop and 1 after a failure.
+``FACTORY`` names a ``Topology`` or a function returning one; ``MODULE`` is imported with the working directory on
+the import path (as ``python -m`` does), so ``brook worker run myapp:topology`` runs ``./myapp.py``. Settings:
+:mod:`streaming.cli.settings` (``bootstrap.servers`` in the order of :mod:`streaming.bootstrap`; the first log line
+names its source). Without a ``state.dir`` of its own the worker takes a numbered one
+(:mod:`streaming.cli.worker_state`). SIGTERM and SIGINT close the worker cleanly: it commits what it processed,
+closes its tasks and leaves the group. The exit code is 0 after a clean stop, 1 after a failure while running
+(one line naming the record or the fix, and when it failed the same way before) and 2 when it cannot start.
+
+``brook worker cleanup`` deletes a stopped worker's local state (what a changelog that is gone asks for).
 """
 
 from __future__ import annotations
@@ -12,22 +16,36 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import shlex
 import signal
+import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
 
-from streaming.cli.logs import LOG_FORMATS, configure_logging, logs_json, set_log_fields
+from streaming.cli.logs import LOG_FORMATS, configure_logging, debugging, logs_json, set_log_fields
 from streaming.cli.progress import RestoreProgressBar
-from streaming.config import StreamsConfig, is_config_key
-from streaming.config_sources import environment_config
-from streaming.errors import StreamsError
+from streaming.cli.settings import load_config, load_settings, read_config_file
+from streaming.cli.worker_state import (
+    claim_state_dir,
+    forget_failure,
+    last_failure,
+    numbered_slots,
+    remember_failure,
+)
+from streaming.config import StreamsConfig
+from streaming.errors import ChangelogMissingError, DeserializationError, StreamsError
+from streaming.runtime.directory_lock import try_lock_directory
+from streaming.runtime.state_directory import clear_application_dir, lock_application_dir
 from streaming.topology import Topology
-from streaming.yaml_files import load_yaml
+
+if TYPE_CHECKING:
+    from streaming.runtime.kafka_streams import KafkaStreams
 
 app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, help="Run stream workers.",
                   no_args_is_help=True)
@@ -39,6 +57,8 @@ def load_topology(target: str) -> Topology:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise typer.BadParameter(f"expected MODULE:FACTORY, got {target!r}", param_hint="TOPOLOGY")
+    if "" not in sys.path and os.getcwd() not in sys.path:  # the console script's path lacks the working directory
+        sys.path.insert(0, os.getcwd())
     try:
         factory = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
@@ -47,31 +67,6 @@ def load_topology(target: str) -> Topology:
     if not isinstance(topology, Topology):
         raise typer.BadParameter(f"{target!r} gave {type(topology).__name__}, not a Topology", param_hint="TOPOLOGY")
     return topology
-
-
-def load_config(path: Path | None, overrides: list[str]) -> dict[str, Any]:
-    """Streams config from a YAML/JSON file, then ``BROOK_<KEY>`` environment variables (e.g.
-    ``BROOK_BOOTSTRAP_SERVERS``, ``BROOK_SASL_PASSWORD``), then ``key=value`` overrides. Values may refer to
-    ``${env:NAME}`` or ``${file:/path}`` (secrets never need to be on the command line)."""
-    config: dict[str, Any] = {}
-    if path is not None:
-        try:
-            loaded = load_yaml(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            where = getattr(exc, "problem_mark", None)
-            at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise typer.BadParameter(f"{path} is not valid YAML{at}: {problem}", param_hint="--config") from None
-        if not isinstance(loaded, dict):
-            raise typer.BadParameter(f"{path} must hold a mapping of config keys", param_hint="--config")
-        config.update(loaded)
-    config.update(environment_config(is_config_key))  # BROOK_<KEY>, e.g. BROOK_SASL_PASSWORD
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"expected key=value, got {item!r}", param_hint="--set")
-        config[key.strip()] = value
-    return config
 
 
 def spec_generations(settings: dict[str, Any], spec_path: Path | None) -> dict[str, int]:
@@ -115,25 +110,51 @@ def run(
              "topics; default ./platform/platform.yaml, else the checkout's. Config key topic.generations wins")] = None,
 ) -> None:
     """Run one worker: join the group, process, and stop cleanly on SIGTERM/SIGINT."""
-    from streaming.runtime.kafka_streams import KafkaStreams, State
-
     if log_format is not None:
         if log_format not in LOG_FORMATS:
             raise typer.BadParameter(f"unknown log format {log_format!r}: use text or json", param_hint="--log-format")
         configure_logging(logging.getLogger().level, log_format)
-    settings = load_config(config, overrides or [])
+    settings, bootstrap = load_settings(config, overrides or [])
+    log.info("connecting to %s", bootstrap.describe())  # the worker's first line: where the broker comes from
     if metrics_port is not None:
         settings["metrics.port"] = metrics_port
     if instance_name is not None:
         settings["instance.name"] = instance_name
     try:
-        if "topic.generations" not in settings:
-            settings["topic.generations"] = spec_generations(settings, platform_spec)
-        streams = KafkaStreams(load_topology(topology), settings)
+        application_id = StreamsConfig(settings).application_id
     except StreamsError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    set_log_fields(application_id=streams.config.application_id)
+    state_dir = claim_state_dir(settings, application_id)
+    settings["state.dir"] = state_dir.path
+    if state_dir.chosen:
+        log.info("state.dir %s: the first one no other worker of %r holds (--set state.dir=DIR to choose)",
+                 state_dir.path, application_id)
+    try:
+        failure = last_failure(state_dir.path, application_id)
+        if failure is not None and failure.needs_cleanup:
+            typer.echo(f"error: {failure.reason} (this worker stopped so at {failure.time}; it starts again once "
+                       f"its old local state is deleted)", err=True)
+            raise typer.Exit(2)
+        _serve(topology, settings, platform_spec, cleanup_command(config, application_id, state_dir.path,
+                                                                  state_dir.chosen))
+    finally:
+        state_dir.release()
+
+
+def _serve(target: str, settings: dict[str, Any], platform_spec: Path | None, cleanup: str) -> None:
+    """Run the worker of :func:`run` in its state.dir until it is stopped or fails."""
+    from streaming.runtime.kafka_streams import KafkaStreams, State
+
+    try:
+        if "topic.generations" not in settings:
+            settings["topic.generations"] = spec_generations(settings, platform_spec)
+        streams = KafkaStreams(load_topology(target), settings)
+    except StreamsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    application_id, state_dir = streams.config.application_id, streams.config["state.dir"]
+    set_log_fields(application_id=application_id)
     if not logs_json():  # JSON logs: restores are reported by the changelog reader's log lines and /metrics
         streams.set_global_state_restore_listener(RestoreProgressBar())
     stop = threading.Event()
@@ -144,19 +165,108 @@ def run(
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    try:
-        streams.start()
-    except StreamsError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    log.info("worker %s started (pid %d)", streams.config.application_id, os.getpid())
-    while not stop.wait(0.5):
-        if streams.wait(0):
-            break  # every stream thread stopped on its own: a failure
-    failed = streams.state is State.ERROR
-    streams.close(timeout=60)
+    with _failure_reported_once(streams):
+        try:
+            streams.start()
+        except StreamsError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        log.info("worker %s started (pid %d)", application_id, os.getpid())
+        while not stop.wait(0.5):
+            if streams.wait(0):
+                break  # every stream thread stopped on its own: a failure
+        failed = streams.state is State.ERROR
+        streams.close(timeout=60)
     metrics = streams.metrics()
     log.info("worker stopped: %d records processed, %d commits", metrics["records_processed"], metrics["commits"])
-    if failed or streams.exception is not None:
-        typer.echo(f"error: {streams.exception}", err=True)
-        raise typer.Exit(1)
+    if not failed and streams.exception is None:
+        forget_failure(state_dir, application_id)
+        return
+    reason = describe_failure(streams.exception, cleanup)
+    before = remember_failure(state_dir, application_id, reason,
+                              needs_cleanup=isinstance(streams.exception, ChangelogMissingError))
+    if before is not None:
+        reason += (f" This worker failed the same way at {before}: a crash loop re-emits the output since the last "
+                   f"commit each time")
+    typer.echo(f"error: {reason}", err=True)
+    raise typer.Exit(1)
+
+
+def describe_failure(exc: BaseException | None, cleanup: str) -> str:
+    """The one line that says why a running worker stopped, and the fix when there is a known one."""
+    if isinstance(exc, DeserializationError):
+        return (f"{exc}. Under the default handler (fail) a record the serdes cannot read stops the worker: set "
+                f"default.deserialization.exception.handler: dead_letter to send it to <application.id>-dlq and go "
+                f"on.")
+    if isinstance(exc, ChangelogMissingError):
+        return f"{exc.summary}. To start again, delete the old local state: {cleanup}"
+    text = str(exc) if exc is not None and str(exc) else type(exc).__name__
+    return text.splitlines()[0]
+
+
+def cleanup_command(config: Path | None, application_id: str, state_dir: str, chosen: bool) -> str:
+    """The ``brook worker cleanup`` command that deletes this worker's local state."""
+    words = ["brook", "worker", "cleanup"]
+    if config is not None:
+        words += ["--config", str(config)]
+    if read_config_file(config).get("application.id") != application_id:
+        words += ["--set", f"application.id={application_id}"]
+    if not chosen:
+        words += ["--set", f"state.dir={state_dir}"]
+    return shlex.join(words)
+
+
+@contextmanager
+def _failure_reported_once(streams: KafkaStreams) -> Iterator[None]:
+    """Without ``--debug``, drop the log line of the failure that stops the worker: its error line says it."""
+    def keep(record: logging.LogRecord) -> bool:
+        return debugging() or not record.exc_info or record.exc_info[1] is not streams.exception
+
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.addFilter(keep)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(keep)
+
+
+@app.command()
+def cleanup(
+    config: Annotated[Path | None, typer.Option("--config", "-c", exists=True, dir_okay=False,
+                                                help="YAML file of streams config")] = None,
+    overrides: Annotated[list[str] | None, typer.Option("--set", help="Override one key: key=value")] = None,
+) -> None:
+    """Delete the local state of a stopped worker (KafkaStreams.cleanup()): its state.dir's application directory,
+    or, without a state.dir, that of every numbered directory no running worker holds."""
+    settings = load_config(config, overrides or [])
+    try:
+        application_id = StreamsConfig(settings, require_bootstrap=False).application_id
+    except StreamsError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--config") from None
+    if settings.get("state.dir"):
+        _delete_local_state(str(settings["state.dir"]), application_id)
+        return
+    slots = numbered_slots(application_id)
+    for slot in slots:
+        slot_lock = try_lock_directory(slot)
+        if slot_lock is None:
+            typer.echo(f"kept {slot}: a running worker holds it", err=True)
+            continue
+        try:
+            _delete_local_state(slot, application_id)
+        finally:
+            slot_lock.release()
+    if not slots:
+        typer.echo(f"no local state of {application_id!r} found")
+
+
+def _delete_local_state(state_dir: str, application_id: str) -> None:
+    lock = lock_application_dir(state_dir, application_id)  # held by a running worker: one line naming it
+    try:
+        clear_application_dir(lock)
+    finally:
+        lock.release()
+    forget_failure(state_dir, application_id)
+    typer.echo(f"deleted the local state of {application_id!r} in {state_dir}")

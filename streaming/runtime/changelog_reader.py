@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from streaming.errors import StreamsError
+from streaming.errors import ChangelogMissingError, StreamsError
 from streaming.metrics.collector import RestoreSample
 from streaming.runtime.client_configs import restore_consumer_config
 from streaming.runtime.snapshots import NoSnapshots, SnapshotSource, seed_from_snapshots
@@ -143,13 +143,16 @@ class StoreChangelogReader:
         position = f" at offset {state.position}" if state is not None else ""
         if error.code() != KafkaError._AUTO_OFFSET_RESET:
             return StreamsError(f"cannot restore {what} from changelog {tp[0]}[{tp[1]}]{position}: {error.str()}")
-        return StreamsError(
+        return ChangelogMissingError(
             f"cannot restore {what}: changelog {tp[0]}[{tp[1]}] has no record{position} ({error.str()}). Local "
             f"state (its checkpoint) or the snapshot claims offsets the changelog does not have: the topic was "
             f"recreated (an application reset, a broker that lost its storage) or truncated below what is "
             f"covered. Restoring anyway would silently lose state. If the changelog was recreated, delete this "
             f"application's local state (KafkaStreams.cleanup()); if it was truncated, restore from the newest "
-            f"changelog snapshot.")
+            f"changelog snapshot.",
+            summary=f"cannot restore {what}: changelog {tp[0]}[{tp[1]}] has no record{position}, which local state "
+                    f"or the snapshot claims (the topic was recreated or truncated)",
+            app_dir=state.task.state.app_dir if state is not None else None)
 
     def _verify_silent_starts(self) -> None:
         """A restore that got neither records nor EOF for a while may start past the changelog's end: Kafka
@@ -180,14 +183,18 @@ class StoreChangelogReader:
             state.start_verified = True
             if state.start > ends[tp]:
                 state.position = state.start
-                raise StreamsError(
+                raise ChangelogMissingError(
                     f"cannot restore store {state.store.name!r} of task {state.task.id}: changelog "
                     f"{tp[0]}[{tp[1]}] ends at offset {ends[tp]}, but local state (its checkpoint) or the snapshot "
                     f"covers it up to offset {state.start}: the topic was recreated (an application reset, a broker "
                     f"that lost its storage) under older local state or an older snapshot. Restoring anyway would "
                     f"silently keep state the changelog no longer has. Delete this application's local state "
                     f"({state.task.state.app_dir}, what KafkaStreams.cleanup() removes) and the store's snapshots "
-                    f"under state.snapshot.location, and start again.")
+                    f"under state.snapshot.location, and start again.",
+                    summary=f"cannot restore store {state.store.name!r} of task {state.task.id}: changelog "
+                            f"{tp[0]}[{tp[1]}] ends at offset {ends[tp]}, but local state covers it up to offset "
+                            f"{state.start} (the topic was recreated: a reset, or a new broker)",
+                    app_dir=state.task.state.app_dir)
 
     def _complete_caught_up(self) -> list[Any]:
         """Complete active restores whose position reached the high watermark of the last fetch (the

@@ -13,6 +13,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from streaming.bootstrap import with_bootstrap
 from streaming.config import StreamsConfig
 from streaming.errors import (
     ConfigError,
@@ -75,7 +76,9 @@ class KafkaStreams:
     """A Streams client: ``start()`` joins the consumer group ``application.id`` and processes until
     ``close()``.
 
-    The configuration is validated here (an unknown key or bad value raises :class:`ConfigError`);
+    The configuration is validated here (an unknown key or bad value raises :class:`ConfigError`); without
+    ``bootstrap.servers`` it connects to ``$BROOK_BOOTSTRAP_SERVERS``, else the running embedded broker of
+    ``.brook/broker``, else ``127.0.0.1:9092`` (:mod:`streaming.bootstrap`);
     topics are checked in ``start()``: every source and sink topic must exist (a dynamic sink's, chosen per record,
     are checked before it sends to them: ``KStream.to``), and the topics one
     sub-topology reads must have equal partition counts (co-partitioning). Partitions are assigned with
@@ -83,7 +86,7 @@ class KafkaStreams:
     """
 
     def __init__(self, topology: Topology, config: Mapping[str, Any]) -> None:
-        self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
+        self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(with_bootstrap(config))
         generations = TopicGenerations(self.config["topic.generations"])
         self.topology = topology.bind(self.config.application_id, generations)
         try:

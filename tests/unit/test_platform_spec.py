@@ -157,7 +157,7 @@ def test_equal_looking_keys_of_different_types_and_merges_are_not_duplicates() -
 def test_a_worker_config_with_a_key_given_twice_is_refused(tmp_path: Path) -> None:
     import typer
 
-    from streaming.cli.worker import load_config
+    from streaming.cli.settings import load_config
 
     path = tmp_path / "config.yaml"
     path.write_text("application.id: a\ncommit.interval.ms: 100\ncommit.interval.ms: 30000\n")
