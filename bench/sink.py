@@ -152,7 +152,7 @@ def run_brook(url: str, table: Table, batches: list[list[BatchRecord]]) -> tuple
         plan = BatchPlan(builder.build(), "bench-sink", {TOPIC: 1})
         [[spec]] = plan.tasks.values()
         records = [record for batch in batches for record in batch]
-        config = batch_config({"application.id": "bench-sink"})
+        config = batch_config({"application.id": "bench-sink"}, external_sinks=True)
         started = time.perf_counter()
         run_task(plan, config, spec, {(TOPIC, 0): records}, chunk=len(batches[0]))
         return time.perf_counter() - started, meter

@@ -216,6 +216,9 @@ KEYS: dict[str, _Key] = {
     # The source topics it watches, comma-separated (empty: every source topic the app does not own; name the
     # streams, since a table's topic is quiet by nature).
     "processing.idle.topics": _Key(_optional_string, ""),
+    # Whether nodes that write outside Kafka (KStream/KTable.to_database) write: false makes them write nothing,
+    # as batch reprocessing runs them, so a recomputed day never touches the live database.
+    "external.sinks.enabled": _Key(_boolean, True),
     "application.server": _Key(_host_port, ""),
     # A name for this instance that stays the same across its restarts (a host name, a pod name). It makes
     # the ids the instance's clients present stable: static membership (``group.instance.id``) and the

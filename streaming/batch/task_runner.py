@@ -51,7 +51,8 @@ __all__ = ["BATCH_SETTINGS", "SCRATCH_ENV", "StoreRow", "TaskResult", "TaskState
 StoreRow = tuple[bytes, bytes, int]
 TopicPartition = tuple[str, int]
 
-#: Settings a batch run overrides in the app's config (see the module doc).
+#: Settings a batch run overrides in the app's config (see the module doc; and ``external.sinks.enabled``, off unless
+#: :func:`batch_config` is asked).
 BATCH_SETTINGS: dict[str, Any] = {"max.task.idle.ms": -1}
 
 #: The environment variable naming the directory of a batch task's scratch state (see :func:`scratch_dir`).
@@ -76,10 +77,13 @@ def scratch_dir() -> str | None:
     return None
 
 
-def batch_config(settings: Mapping[str, Any], state_dir: str | None = None) -> StreamsConfig:
+def batch_config(settings: Mapping[str, Any], state_dir: str | None = None,
+                 external_sinks: bool = False) -> StreamsConfig:
     """The app's Streams config as a batch run uses it: :data:`BATCH_SETTINGS`, no broker needed, and
-    ``state.dir`` in ``state_dir`` (default: a new temporary directory under :func:`scratch_dir`)."""
-    chosen = {**settings, **BATCH_SETTINGS,
+    ``state.dir`` in ``state_dir`` (default: a new temporary directory under :func:`scratch_dir`). Nodes that write
+    outside Kafka (a database sink) write nothing unless ``external_sinks``: reprocessing a day never touches the
+    live database."""
+    chosen = {**settings, **BATCH_SETTINGS, "external.sinks.enabled": external_sinks,
               "state.dir": state_dir or tempfile.mkdtemp(prefix="brook-batch-", dir=scratch_dir())}
     return StreamsConfig(chosen, require_bootstrap=False)
 

@@ -170,6 +170,11 @@ class NodeContext(ProcessorContext):
 
     # -- for nodes that write outside Kafka (streaming.runtime.external_sinks) ---------------------------------
     @property
+    def external_sinks_enabled(self) -> bool:
+        """Whether nodes that write outside Kafka write (``external.sinks.enabled``; false in batch reprocessing)."""
+        return bool(self._task.config["external.sinks.enabled"])
+
+    @property
     def reset_epoch(self) -> str:
         """The application's reset epoch (``none`` before the first reset; see streaming.runtime.reset_epoch)."""
         return self._task.config.reset_epoch

@@ -211,6 +211,8 @@ class ToDatabase:
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         sink = self.sink
+        if not context.external_sinks_enabled:  # external.sinks.enabled=false: batch reprocessing
+            return _write_nothing
         writer = TaskDatabaseWriter(sink, epoch_number(context.reset_epoch), context.reject_output)
         context.add_external_sink(writer)
         row_of, current_input, key_of, version = sink.row, context.current_input, writer.key_of, sink.version.name
@@ -235,6 +237,10 @@ class ToDatabase:
                 buffer[row_key] = row
                 sources[row_key] = current_input()
         return to_database
+
+
+def _write_nothing(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+    """A database sink with ``external.sinks.enabled`` false."""
 
 
 def _columns_mismatch(sink: DatabaseSink, row: Mapping[str, Any]) -> str:

@@ -203,3 +203,36 @@ def test_a_row_without_every_column_is_a_processing_error_naming_them(tmp_path: 
                 source.pipe_input("u1", {"seq": 1, "cents": 1})
     finally:
         sink.dispose()
+
+
+def test_a_batch_run_writes_nothing_to_the_database_unless_asked(tmp_path: Path) -> None:
+    """Batch reprocessing runs the topology with ``external.sinks.enabled`` false: a recomputed day never touches
+    the live database; ``batch_config(..., external_sinks=True)`` (the sink benchmark) writes."""
+    from streaming.batch import BatchPlan, batch_config, run_task
+    from streaming.batch.records import BatchRecord
+
+    url = f"sqlite:///{tmp_path / 'profiles.db'}"
+    sink = DatabaseSink(url, profile_table(), profile_row, create_table=True)
+    plan = BatchPlan(profiles_topology("orders", sink), APP, {"orders": 1})
+    orders = orders_of(users=3, per_user=2)
+    records = [BatchRecord("orders", 0, offset, 1_000 + offset, Serdes.String().serialize(user),
+                           Serdes.Json().serialize(order), None) for offset, (user, order) in enumerate(orders)]
+    try:
+        for external, want in ((False, {}), (True, expected(orders))):
+            spec = plan.tasks[0][0]
+            run_task(plan, batch_config({"application.id": APP}, external_sinks=external), spec,
+                     {("orders", 0): records}, None, {}, chunk=100)
+            assert _rows_if_any(url, sink.table) == want
+    finally:
+        sink.dispose()
+
+
+def _rows_if_any(url: str, table: Table) -> dict[str, dict[str, Any]]:
+    from sqlalchemy import inspect
+
+    engine = create_engine(url)
+    try:
+        exists = inspect(engine).has_table(table.name)
+    finally:
+        engine.dispose()
+    return stored(url, table) if exists else {}
