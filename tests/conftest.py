@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,11 +38,15 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The orders pipeline encrypts with the key in $BROOK_ORDERS_KEY_K1 (apps/orders/encryption.yaml): one random key
-# per test session, inherited by the workers, brokers, Spark and Dagster processes the tests start.
-from apps.orders.protection import ensure_key  # noqa: E402
+# The orders pipeline encrypts with the key in $BROOK_ORDERS_KEY_K1 (apps/orders/encryption.yaml) and writes the
+# user profiles to $BROOK_ORDERS_DATABASE_URL (apps/orders/profiles.py): one random key and one SQLite file per
+# test session, inherited by the workers, brokers, Spark and Dagster processes the tests start.
+from apps.orders.profiles import DATABASE_URL_VARIABLE
+from apps.orders.protection import ensure_key
 
 ensure_key()
+if not os.environ.get(DATABASE_URL_VARIABLE):
+    os.environ[DATABASE_URL_VARIABLE] = f"sqlite:///{tempfile.mkdtemp(prefix='brook-test-profiles-')}/profiles.db"
 
 #: Test files whose tests run on one pytest-xdist worker, one after the other, by group (``--dist loadgroup``).
 XDIST_GROUPS: dict[str, str] = {

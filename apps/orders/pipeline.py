@@ -11,7 +11,8 @@ table -> only lines whose item is made in the buyer's own region -> grouped by t
 (``grace`` for late orders) -> distinct buyers and lines per region and hour, one suppressed final per window ->
 ``local-buyers-hourly``. Lines arriving after their window closed go to ``order-lines-late`` (and are counted),
 so every valid line ends in a final or there. Each valid order also updates its user's profile (orders, total
-spent, latest order time, items per category, and a ``version`` counter), a KTable written to ``user-profiles``.
+spent, latest order time, items per category, and a ``version`` counter) written to ``user-profiles`` and upserted
+into the profile service's database (:mod:`apps.orders.profiles`).
 What is encrypted where: :mod:`apps.orders.protection`.
 """
 
@@ -21,6 +22,7 @@ import bisect
 from datetime import timedelta
 from typing import Any
 
+from apps.orders.profiles import UpdateProfile, profiles_sink
 from apps.orders.protection import LINE_FIELDS, REJECTED_FIELDS, EncryptFields
 from apps.orders.records import Item, Order, OrderUser
 from apps.orders.validation import delivery, item_lines, rejected, rejection_reason
@@ -98,25 +100,6 @@ def add_buyer(region: str, line: dict[str, Any], hourly: dict[str, Any]) -> dict
     return hourly
 
 
-def new_profile() -> dict[str, Any]:
-    """A user's profile before their first valid order."""
-    return {"orders": 0, "total_spent": 0.0, "last_order_ts": None, "items_per_category": {}, "version": 0}
-
-
-def add_order(user: str, order: Order, profile: dict[str, Any]) -> dict[str, Any]:
-    """Fold a valid order into its user's profile: orders, total spent (rounded to cents at each step, so any order
-    of the same orders gives the same total), the latest order time, items (quantities) per category, and the
-    profile's ``version``: a counter of its updates, what the database sink orders replayed upserts by."""
-    per_category = dict(profile["items_per_category"])
-    for line in order.items:
-        category = line.category or "unknown"
-        per_category[category] = per_category.get(category, 0) + line.qty
-    last = profile["last_order_ts"]
-    return {"orders": profile["orders"] + 1, "total_spent": round(profile["total_spent"] + order.amount, 2),
-            "last_order_ts": order.ts if last is None else max(last, order.ts), "items_per_category": per_category,
-            "version": profile["version"] + 1}
-
-
 def category_topic(user: str, line: dict[str, Any], context: RecordContext) -> str:
     """The topic of a line's item category (a topic name extractor)."""
     return f"{CATEGORY_TOPIC_PREFIX}{line['category']}"
@@ -138,6 +121,8 @@ def topology(grace: timedelta = GRACE, dedupe_ttl: timedelta = DEDUPE_TTL) -> To
     """
     builder = StreamsBuilder()
     string, json = Serdes.String(), Serdes.Json()
+    builder.add_state_store(Stores.key_value_store_builder(Stores.persistent_key_value_store(PROFILES_STORE), string,
+                                                           json))
     builder.add_state_store(Stores.window_store_builder(
         Stores.persistent_window_store(DEDUPE_STORE, retention=dedupe_ttl, window_size=dedupe_ttl,
                                        retain_duplicates=False), string, Serdes.Long()))
@@ -152,11 +137,10 @@ def topology(grace: timedelta = GRACE, dedupe_ttl: timedelta = DEDUPE_TTL) -> To
     (branches["orders-invalid"].map_values(rejected, name="rejected")
      .process_values(lambda: EncryptFields(REJECTED_FIELDS), name="encrypt-rejected")
      .to(REJECTED_TOPIC, value_serde=json))
-    (branches["orders-valid"]
-     .group_by_key(name="orders-by-user")
-     .aggregate(new_profile, add_order, materialized=Materialized.as_(PROFILES_STORE).with_caching_disabled())
-     .to_stream(name="profile-updates")
-     .to(PROFILES_TOPIC, key_serde=string, value_serde=json))
+    profiles = branches["orders-valid"].process(lambda: UpdateProfile(PROFILES_STORE), PROFILES_STORE,
+                                                name="update-profile")
+    profiles.to(PROFILES_TOPIC, key_serde=string, value_serde=json)
+    profiles.to_database(profiles_sink(), name="profiles-to-database")
     lines = (branches["orders-valid"].map_values(delivery, name="delivery")
              .process_values(lambda: EncryptFields(LINE_FIELDS), name="encrypt-delivery")
              .flat_map_values(item_lines, name="item-lines"))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from apps.orders.pipeline import (
     WINDOW,
     topology,
 )
+from apps.orders.profiles import DATABASE_URL_VARIABLE, stored_profiles
 from apps.orders.protection import load_encryption
 from streaming import Serdes
 from streaming.encryption import is_encrypted
@@ -49,7 +51,10 @@ def run(orders: list[GeneratedRecord], users: list[GeneratedRecord], items: list
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_hourly_local_buyers_equal_the_oracle_over_generated_orders(seed: int) -> None:
+def test_hourly_local_buyers_equal_the_oracle_over_generated_orders(seed: int, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    database = f"sqlite:///{tmp_path / 'profiles.db'}"
+    monkeypatch.setenv(DATABASE_URL_VARIABLE, database)
     users, items = generators.users(40, seed=seed), generators.items(30, seed=seed)
     orders = generators.orders(3000, seed=seed, users=40, items=30, catalog_seed=seed, step_ms=20_000,
                                out_of_order=0.1, max_disorder_ms=GRACE_MS, late=0.03, lateness_ms=GRACE_MS,
@@ -80,6 +85,7 @@ def test_hourly_local_buyers_equal_the_oracle_over_generated_orders(seed: int) -
     # Each valid order updates its user's profile: the last update per user is the oracle's profile.
     profiles = {r.key: r.value for r in outputs[PROFILES_TOPIC]}
     assert len(outputs[PROFILES_TOPIC]) == len(valid) and profiles == oracle.profiles(orders, items)
+    assert stored_profiles(database) == oracle.profiles(orders, items)  # the profile service's table
     assert all(r.value["version"] == index + 1 for user in profiles
                for index, r in enumerate(r for r in outputs[PROFILES_TOPIC] if r.key == user))
     assert CATEGORIES == generators.CATEGORIES
@@ -124,4 +130,5 @@ def test_a_copy_of_an_order_after_the_dedupe_ttl_is_processed_again() -> None:
     again_out = GeneratedRecord(order.key, order.value, order.timestamp + int(ttl.total_seconds() * 1000) + 1)
     outputs, metrics = run([order, again_in, again_out], users, items, dedupe_ttl=ttl)
     assert len(outputs[LINES_TOPIC]) == 2 * len(order.value["items"])  # the first and the copy after the TTL
-    assert metrics["dropped_records"] == 1
+    assert len(outputs[PROFILES_TOPIC]) == 1  # a profile counts an order id once
+    assert metrics["dropped_records"] == 2  # the copy within the TTL (dedupe), the one after it (profile)

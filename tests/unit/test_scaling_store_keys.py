@@ -176,12 +176,15 @@ def test_a_processor_api_store_is_marked_and_unlogged_stores_are_not_resharded()
         "kept": (StoreKind.KEY_VALUE, ("p",))}
 
 
-def test_the_orders_pipelines_dedupe_store_is_marked_as_written_by_the_processor_api() -> None:
-    """Its keys are order ids, its records partitioned by user: only the operator can say how it re-shards."""
+def test_the_orders_pipelines_dedupe_and_profile_stores_are_marked_as_written_by_the_processor_api() -> None:
+    """The dedupe store's keys are order ids, its records partitioned by user (the profiles': user ids): only the
+    operator can say how each re-shards."""
     from apps.orders import topology as orders_topology
     layouts = store_layouts(orders_topology())
     assert (layouts["order-ids"].kind, layouts["order-ids"].processor_api) == (StoreKind.WINDOW, ("dedupe",))
-    assert all(not layout.processor_api for name, layout in layouts.items() if name != "order-ids")
+    assert layouts["user-profiles"].processor_api == ("update-profile",)
+    assert all(not layout.processor_api for name, layout in layouts.items() if name not in ("order-ids",
+                                                                                          "user-profiles"))
 
 
 @pytest.mark.parametrize(("kind", "key"), [(StoreKind.WINDOW, b"x" * 11), (StoreKind.SESSION, b"x" * 15),
