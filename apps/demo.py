@@ -50,10 +50,12 @@ from apps.orders.pipeline import (
     LINES_TOPIC,
     ORDERS_TOPIC,
     OUTPUT_TOPICS,
+    PROFILES_TOPIC,
     REJECTED_TOPIC,
     USERS_TOPIC,
     WINDOW,
 )
+from apps.orders.profiles import DATABASE_URL_VARIABLE, stored_profiles
 from apps.orders.protection import LINE_FIELDS, REJECTED_FIELDS, ensure_key, load_encryption
 from apps.wordcount import INPUT_TOPIC as LINES_IN
 from apps.wordcount import OUTPUT_TOPIC as COUNTS_OUT
@@ -162,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     if ensure_key():  # the workers and Spark inherit it
         console.print("made an encryption key for this run in BROOK_ORDERS_KEY_K1 (set it to use your own)")
+    os.environ.setdefault(DATABASE_URL_VARIABLE, f"sqlite:///{WORK / 'profiles.db'}")  # the profile service's table
 
     lines = generators.words(args.lines, seed=1, out_of_order=0.05)
     # Users and items exist before the orders: from the start of the orders' first day, the archive's start_date,
@@ -245,6 +248,8 @@ def report(lines: list[Any], catalog: tuple[list[GeneratedRecord], ...], counts:
                   f"{len(outputs[LATE_LINES_TOPIC]):,} late, {len(hourly)} hourly finals")
     table.add_row("lines per category", "",
                   ", ".join(f"{c} {len(outputs[CATEGORY_TOPIC_PREFIX + c]):,}" for c in CATEGORIES))
+    table.add_row("user profiles", "", f"{len({r.key for r in outputs[PROFILES_TOPIC]}):,} users, "
+                                       f"{len(stored_profiles(os.environ[DATABASE_URL_VARIABLE])):,} rows in the database")
     table.add_row("idle alerts (no order for 30 s)", "", str(idle_alerts))
     table.add_row("workers", str(WORKERS_PER_APP), str(WORKERS_PER_APP))
     console.print(table)
@@ -294,6 +299,9 @@ def order_checks(orders: list[GeneratedRecord], users: list[GeneratedRecord], it
             {r.value["order"]["order_id"] for r in rejected} == {o.value["order_id"] for o in first_copies if o.defect}
             and all(r.value.get("reason") for r in rejected),
         **encryption_checks(first_copies, outputs),
+        "user profiles in user-profiles and in the profile service's database equal the oracle's":
+            {r.key: r.value for r in outputs[PROFILES_TOPIC]} == oracle.profiles(orders, items)
+            == stored_profiles(os.environ[DATABASE_URL_VARIABLE]),
         "each line in its item category's topic (order-lines-<category>), and only there":
             sorted((r.value["order_id"], r.value["item"]) for t in CATEGORY_TOPICS for r in outputs[t]
                    if t == CATEGORY_TOPIC_PREFIX + r.value["category"]) == valid_lines

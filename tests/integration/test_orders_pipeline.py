@@ -32,6 +32,7 @@ from apps.orders.pipeline import (
     USERS_TOPIC,
     WINDOW,
 )
+from apps.orders.profiles import DATABASE_URL_VARIABLE, stored_profiles
 from apps.orders.protection import LINE_FIELDS, REJECTED_FIELDS, load_encryption
 from streaming.admin import create_topics
 from streaming.broker import EmbeddedBroker
@@ -61,7 +62,13 @@ def worker(bootstrap: str, index: int, tmp_path: Path) -> subprocess.Popen[bytes
         [sys.executable, "-m", "streaming.cli.main", "worker", "run", "apps.orders:topology",
          "--config", str(ROOT / "apps/orders/config.yaml"), "--set", f"bootstrap.servers={bootstrap}",
          "--set", f"state.dir={tmp_path / f'state-{index}'}", "--set", "commit.interval.ms=200"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), DATABASE_URL_VARIABLE: database_url(tmp_path)})
+
+
+def database_url(tmp_path: Path) -> str:
+    """The profile service's database of the test: a SQLite file both workers write."""
+    return f"sqlite:///{tmp_path / 'profiles.db'}"
 
 
 def test_two_workers_one_killed_mid_run_give_the_oracles_hourly_buyers(bootstrap_of_own_broker: str,
@@ -130,6 +137,8 @@ def test_two_workers_one_killed_mid_run_give_the_oracles_hourly_buyers(bootstrap
     first_copies = [order for order in orders if not order.duplicate]
     assert {(r.value["order_id"], r.value["item"]) for r in outputs[LINES_TOPIC]} == \
         {(o.value["order_id"], line["item"]) for o in first_copies if o.defect is None for line in o.value["items"]}
+    # Every profile counted each of its user's orders once, although the killed worker's input was processed again.
+    assert stored_profiles(database_url(tmp_path)) == oracle.profiles(orders, items)
     rejected = outputs[REJECTED_TOPIC]
     assert {r.value["order"]["order_id"] for r in rejected} == \
         {o.value["order_id"] for o in first_copies if o.defect is not None}
