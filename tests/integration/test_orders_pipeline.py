@@ -21,13 +21,13 @@ import pytest
 from apps.orders import oracle
 from apps.orders.pipeline import (
     APPLICATION_ID,
-    CATEGORY_TOPICS,
     GRACE,
     HOURLY_TOPIC,
     ITEMS_TOPIC,
     LATE_LINES_TOPIC,
     LINES_TOPIC,
     ORDERS_TOPIC,
+    OUTPUT_TOPICS,
     REJECTED_TOPIC,
     USERS_TOPIC,
     WINDOW,
@@ -74,8 +74,7 @@ def database_url(tmp_path: Path) -> str:
 def test_two_workers_one_killed_mid_run_give_the_oracles_hourly_buyers(bootstrap_of_own_broker: str,
                                                                        tmp_path: Path) -> None:
     bootstrap = bootstrap_of_own_broker
-    create_topics(bootstrap, {topic: PARTITIONS for topic in (ORDERS_TOPIC, USERS_TOPIC, ITEMS_TOPIC, REJECTED_TOPIC,
-                                                               LINES_TOPIC, LATE_LINES_TOPIC, HOURLY_TOPIC, *CATEGORY_TOPICS)})
+    create_topics(bootstrap, {topic: PARTITIONS for topic in (ORDERS_TOPIC, USERS_TOPIC, ITEMS_TOPIC, *OUTPUT_TOPICS)})
     catalog_from = generators.ORDERS_START_MS - 24 * WINDOW_MS  # users and items exist before the orders
     users, items = generators.users(60, seed=5, start_ms=catalog_from), generators.items(40, seed=5, start_ms=catalog_from)
     orders = generators.orders(4000, seed=5, users=60, items=40, catalog_seed=5, step_ms=10_000,

@@ -16,13 +16,10 @@ import msgspec
 import pytest
 
 from apps.orders import (
-    CATEGORY_TOPICS,
-    HOURLY_TOPIC,
     ITEMS_TOPIC,
-    LATE_LINES_TOPIC,
     LINES_TOPIC,
     ORDERS_TOPIC,
-    REJECTED_TOPIC,
+    OUTPUT_TOPICS,
     USERS_TOPIC,
 )
 from apps.orders.records import Order
@@ -53,8 +50,7 @@ def free_port() -> int:
 
 
 def test_worker_processes_then_stops_cleanly_on_sigterm(bootstrap: str, unique_name: str, tmp_path: Path) -> None:
-    create_topics(bootstrap, {topic: 4 for topic in (ORDERS_TOPIC, USERS_TOPIC, ITEMS_TOPIC, LINES_TOPIC, REJECTED_TOPIC,
-                                                   LATE_LINES_TOPIC, HOURLY_TOPIC, *CATEGORY_TOPICS)})
+    create_topics(bootstrap, {topic: 4 for topic in (ORDERS_TOPIC, USERS_TOPIC, ITEMS_TOPIC, *OUTPUT_TOPICS)})
     before = {p: 0 for p in range(4)}
     existing = read_topic(bootstrap, ORDERS_TOPIC, Serdes.String(), Serdes.Json(), 4)
     for record in existing:  # the topic may hold another test's orders: count only ours
@@ -90,8 +86,7 @@ def test_worker_rejects_an_unknown_config_key_before_starting(bootstrap: str, un
 
 def test_worker_logs_json_lines_without_secrets_and_serves_metrics(bootstrap: str, unique_name: str,
                                                                    tmp_path: Path) -> None:
-    create_topics(bootstrap, {topic: 4 for topic in (ORDERS_TOPIC, USERS_TOPIC, ITEMS_TOPIC, LINES_TOPIC, REJECTED_TOPIC,
-                                                   LATE_LINES_TOPIC, HOURLY_TOPIC, *CATEGORY_TOPICS)})
+    create_topics(bootstrap, {topic: 4 for topic in (ORDERS_TOPIC, USERS_TOPIC, ITEMS_TOPIC, *OUTPUT_TOPICS)})
     metrics_port, query_port = free_port(), free_port()
     token = "s3cret-query-token-7731"
     log_path = tmp_path / "worker.log"
