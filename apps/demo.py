@@ -141,7 +141,7 @@ class CommitProgress:
 
 def stop_workers(workers: list[subprocess.Popen[bytes]]) -> list[int]:
     """SIGTERM each worker and wait for it to exit before the next: members of one group leaving at the
-    same instant can leave the embedded broker's group stuck for the next member (README, broker limits),
+    same instant can leave the embedded broker's group stuck for the next member (docs/broker-limits.md),
     and the platform half starts another word count instance in the same group."""
     codes = []
     for worker in workers:

@@ -1,6 +1,6 @@
 """``make demo``'s load-shedding and idle-watchdog step: an order intake that sheds beyond its rate limit.
 
-Both are runtime settings, not operators of a topology (README "Load shedding", "Idle sources"), so the step runs
+Both are runtime settings, not operators of a topology (docs/load-shedding.md), so the step runs
 them on a small intake app of its own (``orders-intake``: ``orders-burst`` -> ``orders-burst-accepted``), keeping
 the orders pipeline's outputs, which the demo checks against the oracle and reprocesses, free of shed orders:
 

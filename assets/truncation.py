@@ -5,7 +5,7 @@ for restores, and deleting them bounds the changelog's size on brokers that neve
 Truncation is off by default and runs only after the manifest is written.
 
 The embedded broker (Tansu) cannot do it: a DeleteRecords request panics its connection thread, the
-connection resets and nothing is deleted (the README's broker limits). Brook never sends it there. It recognises the
+connection resets and nothing is deleted (docs/broker-limits.md). Brook never sends it there. It recognises the
 embedded broker by either signal, checked before anything is sent:
 
 - the platform spec declares the cluster ``embedded: true``;

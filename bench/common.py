@@ -4,7 +4,7 @@ Everything here talks to the broker through confluent-kafka only, so the helpers
 not the Brook runtime imports. Brook's own modules (``streaming.broker``, ``streaming.admin``) are
 imported inside functions, so ``bench/`` can be imported before they exist.
 
-Broker facts that shaped these helpers (embedded Tansu broker, see the README's broker limits and bench/README.md):
+Broker facts that shaped these helpers (embedded Tansu broker, see docs/broker-limits.md and bench/README.md):
 
 * ListOffsets(latest) -- and so ``Consumer.get_watermark_offsets(..., cached=False)``, which sends
   ListOffsets -- returns the last batch's *base* offset + 1, not the end offset. It is only a lower

@@ -197,7 +197,7 @@ KEYS: dict[str, _Key] = {
     # before the stream thread fails; until then the task is retried and the thread's other tasks process
     # (streaming/runtime/task_timeouts.py). 0: fail at the second failure.
     "task.timeout.ms": _Key(_int(0), DEFAULT_TASK_TIMEOUT_MS),
-    # Backpressure (README "Throttling and backpressure"): a partition whose task buffers this many records
+    # Backpressure (docs/configuration.md, "Throttling and backpressure"): a partition whose task buffers this many records
     # is paused until its buffer is half drained; one loop iteration processes buffered records for at most
     # max.poll.processing.ms (0: no cap) before it polls, punctuates and commits again; the instance takes
     # at most this many input records / key+value bytes per second, split over its stream threads (0: off).
@@ -205,7 +205,7 @@ KEYS: dict[str, _Key] = {
     "max.poll.processing.ms": _Key(_int(0), 1000),
     "processing.rate.limit.records": _Key(_int(0), 0),
     "processing.rate.limit.bytes": _Key(_int(0), 0),
-    # What happens to input beyond the rate limit (README "Load shedding"): ``backpressure`` waits for it
+    # What happens to input beyond the rate limit (docs/load-shedding.md): ``backpressure`` waits for it
     # (nothing lost, lag grows); ``shed`` drops it, counted per partition, logged with offsets, and with
     # ``processing.overflow.shed.divert`` written to ``<application.id>-shed`` (streaming/runtime/load_shedding.py).
     "processing.overflow.policy": _Key(_choice(BACKPRESSURE, SHED), BACKPRESSURE),
@@ -226,7 +226,7 @@ KEYS: dict[str, _Key] = {
     "instance.name": _Key(_instance_name, ""),
     # Static group membership (``group.instance.id`` per stream thread, from instance.name): a restart within
     # session.timeout.ms keeps the instance's tasks without a rebalance. Off by default, as in Kafka Streams (where
-    # the user sets group.instance.id): the embedded broker handles static members badly (README, broker limits).
+    # the user sets group.instance.id): the embedded broker handles static members badly (docs/broker-limits.md).
     "static.membership": _Key(_boolean, False),
     # The interactive-query endpoint's security: HTTPS with this certificate and key (PEM files), a bearer
     # token every request must carry (a secret: use ${env:...} or ${file:...}), and the CA that the other

@@ -3,9 +3,10 @@
 A rule on topic ``T`` checks the ``archive/T`` asset: it reads the archived day (only the columns it
 needs; an ``absent`` rule also the raw bytes of the day's undecodable records) and validates it with Great
 Expectations (:mod:`assets.quality.validation`). The same rules on an app's outputs check ``reprocessed/<app>``
-(:class:`TopicDays` says where each topic's days are). The checked day is the run's partition (checks run in the
-same run as the partition they follow; a backfill's range: every day of it, one result), or, when a check is run
-on its own, the asset's latest materialized partition. The checks come from the spec
+(:class:`TopicDays` says where each topic's days are). The checks are partitioned as the assets they check (one partition per
+day: an evaluation carries its day's partition key, and the UI shows each day's result), and the checked day is
+the run's partition (checks run in the same run as the partition they follow; a backfill's range: every day of it,
+one result). The checks come from the spec
 the code location loaded; a run reads the rule, the topic and the archive location from the spec
 again, through the ``platform`` resource. ``severity`` comes from the
 rule, and ERROR rules are blocking: their failure stops assets downstream of the archive.
@@ -16,6 +17,7 @@ value (``observed <label>``), plus the GE statistics and a summary table.
 """
 
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -24,14 +26,14 @@ from typing import Any
 
 import dagster as dg
 
-from assets.archive.keys import archive_asset_key, partition_day
+from assets.archive.keys import archive_asset_key, archive_partitions, partition_day
 from assets.archive.layout import ArchiveMissingError, day_dir, day_row_count, read_day, read_undecodable
 from assets.platform_spec import PlatformSpec, QualityRule
 from assets.quality.expectations import expectations_for, row_count_bounds
 from assets.quality.validation import RuleOutcome, columns_to_read, prepare_frame, run_expectations
 from assets.resources import PlatformResource
 
-__all__ = ["TopicDays", "checked_days", "quality_checks", "rule_check"]
+__all__ = ["TopicDays", "checked_days", "daily_check", "quality_checks", "rule_check"]
 
 
 def _describe(rule: QualityRule) -> str:
@@ -73,10 +75,26 @@ def _archive_root(spec: PlatformSpec, topic: str) -> Path:
 ARCHIVE_DAYS = TopicDays(archive_asset_key, _archive_root)
 
 
+def daily_check(spec: PlatformSpec, **kwargs: Any) -> Callable[[Callable[..., dg.AssetCheckResult]],
+                                                                dg.AssetChecksDefinition]:
+    """``dg.asset_check(**kwargs)`` partitioned by the archive's daily partitions (the checked assets' own), so each
+    evaluation carries its day's partition key and the UI shows a check's result per day. Dagster 1.13 marks a
+    partitioned check as a preview and warns once per check when the code location loads; the warning tells a user
+    nothing they can act on, so it is silenced here, for these checks only. Without an archive section: unpartitioned."""
+    partitions = archive_partitions(spec.archive) if spec.archive is not None else None
+
+    def decorate(function: Callable[..., dg.AssetCheckResult]) -> dg.AssetChecksDefinition:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dg.PreviewWarning)
+            return dg.asset_check(partitions_def=partitions, **kwargs)(function)
+
+    return decorate
+
+
 def checked_days(context: dg.AssetCheckExecutionContext, topic: str,
                  asset_key: dg.AssetKey | None = None) -> list[date]:
-    """The run's partitions (one day, or a backfill's range), else the latest materialized partition of
-    ``asset_key`` (default: the topic's archive)."""
+    """The run's partitions (one day, or a backfill's range: the check's own partitions, :func:`daily_check`), else
+    the latest materialized partition of ``asset_key`` (default: the topic's archive)."""
     if context.has_partition_key or context.has_partition_key_range:
         return sorted(partition_day(key) for key in context.partition_keys)
     key = asset_key or archive_asset_key(topic)
@@ -167,7 +185,8 @@ def rule_check(spec: PlatformSpec, rule: QualityRule, days: TopicDays = ARCHIVE_
     baselines = [rule.baseline, *rule.baseline_minus] if rule.baseline else []
     asset_key = days.asset_key(rule.topic)
 
-    @dg.asset_check(
+    @daily_check(
+        spec,
         asset=asset_key,
         name=rule.name,
         description=_describe(rule),

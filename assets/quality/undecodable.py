@@ -14,7 +14,7 @@ import dagster as dg
 from assets.archive.keys import archive_asset_key
 from assets.archive.layout import UNDECODABLE_DIR, ArchiveMissingError, day_dir, read_undecodable
 from assets.platform_spec import PlatformSpec
-from assets.quality.checks import checked_days
+from assets.quality.checks import checked_days, daily_check
 from assets.quality.expectations import LabelledExpectation
 from assets.quality.gx import great_expectations
 from assets.quality.validation import SAMPLE_ROWS, run_expectations
@@ -25,8 +25,9 @@ __all__ = ["DECODABLE_CHECK", "undecodable_checks"]
 DECODABLE_CHECK = "decodable"
 
 
-def _decodable_check(topic: str) -> dg.AssetChecksDefinition:
-    @dg.asset_check(
+def _decodable_check(spec: PlatformSpec, topic: str) -> dg.AssetChecksDefinition:
+    @daily_check(
+        spec,
         asset=archive_asset_key(topic),
         name=DECODABLE_CHECK,
         description=(f"Every record of {topic} archived for the day could be decoded: the count of records kept "
@@ -67,4 +68,4 @@ def _decodable_check(topic: str) -> dg.AssetChecksDefinition:
 
 def undecodable_checks(spec: PlatformSpec) -> list[dg.AssetChecksDefinition]:
     """One ``decodable`` check per topic of ``spec`` (none without an archive section)."""
-    return [_decodable_check(topic) for topic in spec.topics] if spec.archive is not None else []
+    return [_decodable_check(spec, topic) for topic in spec.topics] if spec.archive is not None else []

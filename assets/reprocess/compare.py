@@ -1,6 +1,6 @@
 """Batch equals live: a reprocessed app's outputs compared, record for record, with what its live workers wrote.
 
-What "equal" means (README, "Reprocessing"): per output topic and key, the records the batch runs wrote, in order
+What "equal" means (docs/reprocessing.md): per output topic and key, the records the batch runs wrote, in order
 (day by day, each day by partition and offset), are the *first* records the live workers wrote for that key — the
 same key and value bytes, the same timestamp, in the same order. The batch's runs may stop before the live run did
 (a day's run ends at its frontier), so live records after the batch's are not differences; ``complete_before``

@@ -2,7 +2,7 @@
 
 The end of a partition is the high watermark carried by Fetch responses: a consumer assigned at the
 end reads to partition EOF, whose offset is that watermark. ListOffsets "latest" is never trusted
-for it (the embedded broker answers it with the last batch's base offset + 1; see the README): here
+for it (the embedded broker answers it with the last batch's base offset + 1; see docs/broker-limits.md): here
 it only decides where the fetch starts, so at most one batch is read per partition. The earliest
 offset is the log start offset the same fetches report.
 """

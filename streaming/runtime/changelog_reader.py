@@ -133,6 +133,7 @@ class StoreChangelogReader:
         if batch and batch_tp is not None:
             self._apply(batch_tp, batch)
         finished.extend(self._complete_caught_up())
+        self._learn_ends()
         self._verify_silent_starts()
         self._log_progress()
         return finished
@@ -153,6 +154,16 @@ class StoreChangelogReader:
             summary=f"cannot restore {what}: changelog {tp[0]}[{tp[1]}] has no record{position}, which local state "
                     f"or the snapshot claims (the topic was recreated or truncated)",
             app_dir=state.task.state.app_dir if state is not None else None)
+
+    def _learn_ends(self) -> None:
+        """Note the end of each changelog partition whose restore has not started (no record applied yet) once a
+        fetch told it (the cached high watermark: no request), so the records left to restore count it from the
+        first fetch on, not only from its first record."""
+        for tp, state in self._restoring.items():
+            if not state.started and state.end < 0:
+                _, high = self._consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
+                if high >= 0:
+                    state.end = max(high, state.start)
 
     def _verify_silent_starts(self) -> None:
         """A restore that got neither records nor EOF for a while may start past the changelog's end: Kafka
@@ -181,6 +192,8 @@ class StoreChangelogReader:
             state = self._restoring[tp]
             self._timeouts.progressed(state.task)
             state.start_verified = True
+            if state.end < 0:
+                state.end = max(ends[tp], state.start)
             if state.start > ends[tp]:
                 state.position = state.start
                 raise ChangelogMissingError(
@@ -266,8 +279,9 @@ class StoreChangelogReader:
         return None
 
     def progress(self) -> list[RestoreSample]:
-        """The changelog partitions being restored or tailed, with the records left to their known end
-        (0 until a restore has started and learned the end); read by the metrics collector."""
+        """Every changelog partition registered for restore or tailing, started or not, with the records left to its
+        known end: from the first fetch's high watermark on (:meth:`_learn_ends`), before the first record is
+        applied; 0 only while no fetch has told the end yet. Read by the metrics collector."""
         return [RestoreSample(state.task.id, state.store.name, tp[0], tp[1],
                               max(state.end - state.position, 0) if state.end >= 0 else 0, state.standby)
                 for tp, state in list(self._restoring.items())]

@@ -366,7 +366,7 @@ class StreamThread(threading.Thread):
 
         The embedded broker (Tansu 0.6.0) keeps a group's leader as leader when it leaves before the group has
         formed (its ``Forming`` state), so every later member waits for that departed leader's assignment for
-        minutes (README, broker limits). Records polled here are dropped unprocessed, so their offsets are not
+        minutes (docs/broker-limits.md). Records polled here are dropped unprocessed, so their offsets are not
         committed; :meth:`_on_assign` starts no task while stopping."""
         settle = time.monotonic() + CLOSE_SETTLE_S
         while self._waiting_since is None and time.monotonic() < settle:
@@ -667,7 +667,7 @@ class StreamThread(threading.Thread):
         if waited >= WAITING_LOG_S and now - self._last_waiting_log >= WAITING_LOG_S:
             self._last_waiting_log = now
             log.info("%s waits for its partition assignment in group %r: %.0f s so far (a group join takes ~3 s "
-                     "on the embedded broker; see the README's broker limits if it takes minutes)", self.name,
+                     "on the embedded broker; see docs/broker-limits.md if it takes minutes)", self.name,
                      self.config.application_id, waited)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -9,8 +9,8 @@ grace) but arrives first after the restart is counted instead of dropped, and ma
 final result was already emitted.
 
 Brook does the same (:func:`encode_offset_metadata`: a version byte and the time, base64, as Kafka Streams
-encodes it), and — because a broker may drop commit metadata (the embedded broker does: README, broker
-limits) — the tasks of every sub-topology with a logged store also write their partition times to
+encodes it), and — because a broker may drop commit metadata (the embedded broker does:
+docs/broker-limits.md) — the tasks of every sub-topology with a logged store also write their partition times to
 ``<application.id>-<subtopology>-stream-time`` (:func:`streaming.naming.stream_time_topic`: compacted, one
 partition per task, keyed by task id) at each commit, through the same producer as their changelog writes:
 under at-least-once the record is acknowledged before the offsets are committed, under exactly-once it is in

@@ -2,7 +2,7 @@
 and read a group's committed offsets.
 
 Completeness is judged by partition EOF at the fetched high watermark, never by ListOffsets
-"latest" (which the embedded broker answers wrongly; see the README's broker limits).
+"latest" (which the embedded broker answers wrongly; see docs/broker-limits.md).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ def start_worker(bootstrap: str, target: str, config: Path, workdir: Path, index
 def stop_workers(workers: Iterable[subprocess.Popen[bytes]], timeout_s: float = 60.0) -> None:
     """Stop the workers one after the other, as a rolling stop does: SIGTERM, wait up to ``timeout_s``, kill it if it
     has not exited, then the next. (Members leaving the embedded broker's group at the same instant can leave the
-    group without a leader for the next members: README, broker limits.)"""
+    group without a leader for the next members: docs/broker-limits.md.)"""
     for worker in workers:
         if worker.poll() is None:
             worker.send_signal(signal.SIGTERM)

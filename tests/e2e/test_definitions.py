@@ -136,5 +136,7 @@ def test_definitions_archive_every_topic_with_checks_and_schedules() -> None:
     checks = {(key.asset_key, key.name) for key in graph.asset_check_keys if key.asset_key.path[0] == "archive"}
     assert checks == {(archive_asset_key(rule.topic), rule.name) for rule in spec.quality} | \
         {(archive_asset_key(topic), "decodable") for topic in spec.topics}
+    for key in graph.asset_check_keys:  # partitioned checks: each evaluation names its day (the checked asset's)
+        assert graph.get(key).partitions_def == graph.get(key.asset_key).partitions_def is not None, key
     assert {schedule.name for schedule in defs.schedules} == {"nightly_compaction", "hourly_archive",
                                                                  "reprocess_yesterday"}

@@ -143,6 +143,8 @@ def test_checks_pass_on_good_output(spec_path: Path) -> None:
     assert _value(lines, "rows") == 9
     assert _value(lines, "failing not_null(order_id)") == 0
     assert _value(lines, "day") == DAY.isoformat()
+    # Partitioned as the archive: every evaluation carries its day's partition key (the UI shows it per day).
+    assert {e.partition for e in evaluations.values()} == {DAY.isoformat()}
     coverage = evaluations["order_lines_cover_valid_orders"]
     assert _value(coverage, "baseline rows") == {"orders": 10, "orders-rejected": 2}
     assert _value(coverage, "expected rows") == "[8, 32]"
@@ -239,19 +241,21 @@ def test_check_without_an_archived_day_fails_naming_the_path(spec_path: Path) ->
     assert "orders-rejected/date=2023-11-14 does not exist" in messages
 
 
-def test_check_run_on_its_own_checks_the_latest_archived_day(spec_path: Path) -> None:
+def test_check_run_on_its_own_checks_its_partition(spec_path: Path) -> None:
     instance = dg.DagsterInstance.ephemeral()
     stand_ins = _stand_ins(spec_path, _good_archives())
     platform = {"platform": PlatformResource(path=str(spec_path))}
     checks = quality_checks(load_platform_spec(spec_path))
     assert dg.materialize(stand_ins, partition_key=DAY.isoformat(), instance=instance, resources=platform).success
 
-    # As the UI's "Execute check" does: the check alone, no partition.
+    # As the UI's "Execute check" on a day does: the check alone, with its partition (the run's partition tag:
+    # dg.materialize's partition_key looks for a partitioned asset among the selected ones, and there is none).
     result = dg.materialize([*stand_ins, *checks], instance=instance, resources=platform,
+                            tags={"dagster/partition": DAY.isoformat()},
                             selection=dg.AssetSelection.checks(dg.AssetCheckKey(archive_asset_key("order-lines"),
                                                                                 "order_lines_complete")))
     [evaluation] = result.get_asset_check_evaluations()
-    assert evaluation.passed and _value(evaluation, "day") == DAY.isoformat()
+    assert evaluation.passed and _value(evaluation, "day") == DAY.isoformat() and evaluation.partition == DAY.isoformat()
 
 
 def test_absent_sees_a_leaked_field_in_undecodable_records_and_they_are_counted(spec_path: Path) -> None:

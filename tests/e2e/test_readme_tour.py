@@ -1,5 +1,6 @@
 """The README's 5-minute tour runs as written: every Python block, and the shell blocks of step 3.
 
+The own-app section runs too, in a folder outside the checkout (test_your_own_app_runs_as_written).
 The shell blocks run in bash with ``.venv/bin/brook`` meaning this interpreter's ``brook`` and the
 broker's workdir in a temporary directory; the foreground ``brook worker run`` line runs in the
 background until the test stops it with SIGINT (the tour's Ctrl-C). ``make ui`` is left to
@@ -86,3 +87,55 @@ def test_the_tour_runs_as_written(tmp_path: Path) -> None:
             assert worker.wait(timeout=60) == 0, worker_log.read_text()
     finally:
         subprocess.run([BROOK, "broker", "stop"], env=env, check=False, capture_output=True, timeout=60)
+
+
+def own_app_blocks() -> list[tuple[str, str]]:
+    """(language, code) of every fenced block of the README's "Write and run your own app"."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Write and run your own app", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```(\w+)\n(.*?)```", section, re.DOTALL)
+
+
+def test_your_own_app_runs_as_written(tmp_path: Path) -> None:
+    """The README's own-app section, in a folder outside the checkout: myapp.py, the broker and topics in one
+    shell, the worker in another, produce/consume/status in a third; no environment variables of Brook's."""
+    blocks = own_app_blocks()
+    assert [lang for lang, _ in blocks] == ["python", "sh", "sh", "sh"], "the section changed shape: update this test"
+    (myapp, first, second, third) = (code for _, code in blocks)
+    folder = tmp_path / "myapp"
+    folder.mkdir()
+    (folder / "myapp.py").write_text(myapp)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("BROOK_")}
+    env.update(TMPDIR=str(tmp_path), PATH=f"{Path(BROOK).parent}{os.pathsep}{env['PATH']}")
+
+    def run(code: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(["bash", "-c", "set -euo pipefail\n" + code], cwd=folder, env=env, check=False,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0 or not check, f"{code}\nstdout: {result.stdout}\nstderr: {result.stderr}"
+        return result
+
+    [worker_line] = [line for line in second.splitlines() if "brook worker run" in line]
+    try:
+        run(first)
+        worker_log = tmp_path / "worker.log"
+        with worker_log.open("w") as log_file:
+            worker = subprocess.Popen(["bash", "-c", worker_line.split("#")[0]], cwd=folder, env=env, stdout=log_file,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            produce, *inspect = third.splitlines()
+            run(produce)
+            deadline = time.monotonic() + 120
+            shown = subprocess.CompletedProcess([], 1, "", "not run yet")
+            while shown.returncode != 0 or "BE QUICK" not in shown.stdout or "total lag: 0" not in shown.stdout:
+                assert time.monotonic() < deadline, f"{shown.stdout}{shown.stderr}\nworker log:\n{worker_log.read_text()}"
+                assert worker.poll() is None, f"the worker exited:\n{worker_log.read_text()}"
+                time.sleep(1)
+                shown = run("\n".join(inspect), check=False)
+            assert "TO BE OR NOT TO BE" in shown.stdout
+            assert "partitions lines[" in shown.stdout, shown.stdout  # the worker and its input partitions
+        finally:
+            if worker.poll() is None:
+                os.killpg(worker.pid, signal.SIGINT)
+            assert worker.wait(timeout=60) == 0, worker_log.read_text()
+    finally:
+        subprocess.run([BROOK, "broker", "stop"], cwd=folder, env=env, check=False, capture_output=True, timeout=60)

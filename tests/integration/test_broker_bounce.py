@@ -10,8 +10,8 @@ timeout) while the feeder produces again (its producer holds the records and ret
 the same port and bucket.
 The workers are never restarted. The quiet moment is the embedded broker's limit, not Brook's: Tansu 0.6.0 on
 S3 storage, stopped (SIGTERM or SIGKILL) with produce requests in flight, came back with holes in its offsets
-and without some records it had acknowledged in 12 of 14 runs that stopped it under load (README, broker
-limits). A commit that waits for a broker that is down is covered by ``tests/unit/test_broker_waits.py``.
+and without some records it had acknowledged in 12 of 14 runs that stopped it under load
+(docs/broker-limits.md). A commit that waits for a broker that is down is covered by ``tests/unit/test_broker_waits.py``.
 Afterwards:
 
 * the broker's data survived: the topics, every record acknowledged before the stop and the group's
@@ -64,7 +64,7 @@ RECORDS_PER_S = 200
 SLOW_MS = 1  # per record: a worker spends part of its time mid-batch, with outputs and offsets not yet committed
 # Before the broker stops, the feeder pauses and the workers commit what they have, then all is quiet this long:
 # Tansu 0.6.0 on S3 storage, stopped with produce requests in flight, comes back with holes in its offsets and
-# without some acknowledged records (README, broker limits), which no client can make up for.
+# without some acknowledged records (docs/broker-limits.md), which no client can make up for.
 QUIESCE_S = 2.0
 OUTAGE_S = 10.0  # several reconnect backoffs, and longer than the group session timeout (6 s)
 MAX_OUTAGE_LINES = 30  # per worker: librdkafka's lines are held back when they repeat, Brook's come every few s
@@ -276,8 +276,8 @@ def run_through_a_bounce(brokers: list[EmbeddedBroker], s3: S3Server, workdir: P
     feeder.join(90)
     assert not feeder.is_alive() and not feeder.failures, f"feeding failed: {feeder.failures[:3]}"
     # Each input partition's end: read from what the broker acknowledged to the feeder on to partition EOF, not the
-    # whole topic. On S3 storage right after the bounce a fetch brings a batch or two of one partition (README, broker
-    # limits: "fetch time budget"): reading the whole input back took 10-40 s, and over 120 s in 1 of 7 runs.
+    # whole topic. On S3 storage right after the bounce a fetch brings a batch or two of one partition
+    # (docs/broker-limits.md, "fetch time budget"): reading the whole input back took 10-40 s, and over 120 s in 1 of 7 runs.
     # (streaming.admin.watermarks, at a 10 ms fetch budget, found no EOF on this broker.)
     acknowledged = feeder.acknowledged()
     ends = {partition: acknowledged.get(partition, 0) for partition in range(PARTITIONS)}

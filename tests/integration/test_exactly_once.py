@@ -142,7 +142,7 @@ class RestoreStarts:
 
 
 def test_the_embedded_broker_s_transactions_as_documented(bootstrap: str, unique_name: str) -> None:
-    """The README's broker-limits row, measured: fencing works, an open transaction holds read_committed
+    """docs/broker-limits.md's transactions, measured: fencing works, an open transaction holds read_committed
     readers back, a newer producer with the same id aborts it, and aborted records stay visible."""
     if os.environ.get("BROOK_TEST_BOOTSTRAP_SERVERS"):
         pytest.skip("pins the embedded broker's behaviour")
@@ -312,7 +312,7 @@ def test_a_fenced_instance_without_instance_name_rejoins_with_a_new_producer(
 
 def test_restore_rebuilds_aborted_changelog_writes_on_a_broker_that_shows_them(
         bootstrap: str, unique_name: str, tmp_path: Path) -> None:
-    """Measures what the README says: a changelog record written in an ABORTED transaction is restored into
+    """Measures what docs/broker-limits.md says: a changelog record written in an ABORTED transaction is restored into
     the store by a broker that shows aborted records to read_committed readers (the embedded one), and
     not by one that hides them."""
     source, sink = f"{unique_name}-in", f"{unique_name}-out"
@@ -530,7 +530,7 @@ def account_for_an_abort(bootstrap: str, app_id: str, source: str, sink: str, co
     assert all(po[1] >= committed.get(po[0], 0) for po in duplicated)
     assert any(po[1] == committed.get(po[0], 0) for po in duplicated) or not duplicated
     # The aborted transaction carried changelog writes only if it was cut during a commit, between the store
-    # flush and the transaction's commit; restore then rebuilds them on this broker (README).
+    # flush and the transaction's commit; restore then rebuilds them on this broker (docs/broker-limits.md).
     final = last_per_key(read_committed(bootstrap, changelog_topic(app_id, counting.STORE), Serdes.Long()))
     aborted = collections.Counter(oracle.key_of[po] for po in duplicated)
     excess = {key: final[key] - count for key, count in oracle.counts.items() if final[key] != count}

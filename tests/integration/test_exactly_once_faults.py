@@ -7,7 +7,7 @@ The same accounting applies (every input record in the output, a dead letter or 
 least the oracle's, any excess explained by records output twice). Under exactly-once on the embedded
 broker, a record is output twice only when an aborted transaction's output stays visible (the broker does
 not hide aborted records from read_committed readers), and a count can exceed the oracle's only when a
-restore replayed an aborted transaction's changelog write (README, broker limits). The run prints both.
+restore replayed an aborted transaction's changelog write (docs/broker-limits.md). The run prints both.
 """
 
 from __future__ import annotations

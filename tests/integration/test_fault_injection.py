@@ -166,7 +166,7 @@ class Workers:
 
     def stop(self) -> None:
         """SIGTERM the workers one after the other, as a rolling stop does (members of a group leaving at the
-        same instant can leave the embedded broker's group stuck: README, broker limits); one still running
+        same instant can leave the embedded broker's group stuck: docs/broker-limits.md); one still running
         after 60 s gets SIGABRT, which makes Python's fault handler write every thread's stack to its log,
         and fails the test."""
         codes = []

@@ -2,7 +2,7 @@
 ``app.start(); ...; app.close()``) must not leave the next worker with the same application.id waiting.
 
 Tansu 0.6.0 keeps a member that leaves a group before it has formed as the group's leader, so every later
-member's SyncGroup answers REBALANCE_IN_PROGRESS for many minutes (README, broker limits). A stopping stream
+member's SyncGroup answers REBALANCE_IN_PROGRESS for many minutes (docs/broker-limits.md). A stopping stream
 thread therefore finishes its join before it leaves (``StreamThread._finish_join``).
 """
 

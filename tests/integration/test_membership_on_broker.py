@@ -6,6 +6,7 @@ embedded broker's DescribeGroups lists no members, so the announcements are all 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -38,6 +39,12 @@ def status(bootstrap: str, app_id: str) -> str:
     return done.stdout
 
 
+def claimed(shown: str) -> list[int]:
+    """The wordcount-lines partitions ``brook status`` shows on the instances' lines."""
+    found = re.findall(r"partitions [^;]*\bwordcount-lines\[([0-9,]+)\]", shown)
+    return sorted(int(p) for group in found for p in group.split(","))
+
+
 def test_every_worker_announces_itself_until_it_stops(bootstrap: str, unique_name: str, tmp_path: Path) -> None:
     create_topics(bootstrap, {"wordcount-lines": 4, "wordcount-words": 4, "wordcount-counts": 4})
     config = {"bootstrap.servers": bootstrap}
@@ -53,6 +60,13 @@ def test_every_worker_announces_itself_until_it_stops(bootstrap: str, unique_nam
         shown = status(bootstrap, unique_name)
         assert "instances (2, as announced on" in shown
         assert all(f"pid {process.pid}, instance.name {name})" in shown for name, process in workers.items())
+        # Without application.server: each worker's partitions on its line, and each input partition's owner.
+        wait_for(lambda: claimed(status(bootstrap, unique_name)) == [0, 1, 2, 3], 60,
+                 "the workers to announce their partitions")
+        shown = status(bootstrap, unique_name)
+        assert len(re.findall(r"partitions [^;]*\bwordcount-lines\[", shown)) == 2, shown  # both have some
+        owners = [line for line in shown.splitlines() if line.startswith("wordcount-lines[")]
+        assert len(owners) == 4 and all(line.split()[-1].startswith("instance-") for line in owners), shown
 
         workers["w1"].send_signal(signal.SIGTERM)  # a clean stop: its tombstone takes it back at once
         assert workers["w1"].wait(60) == 0

@@ -235,7 +235,7 @@ def test_cooperative_sticky_moves_only_the_tasks_that_must_move(
 
 def test_a_restarted_static_member_gets_its_tasks_back_and_one_that_stays_away_keeps_them_unowned(
         bootstrap: str, unique_name: str, tmp_path: Path) -> None:
-    """Static membership on the embedded broker (measured; README, broker limits): a member restarted with the
+    """Static membership on the embedded broker (measured; docs/broker-limits.md): a member restarted with the
     same ``instance.name`` gets the same tasks back. Only a restart that rejoins at once (well under a second)
     avoids a rebalance there; later, the old member's session expiry rebalances the group, which suspension
     makes cheap for the others (they resume their tasks, restoring nothing). A static member that stays away

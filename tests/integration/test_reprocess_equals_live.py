@@ -10,7 +10,7 @@ archived day by day through the ``archive/<topic>`` assets; the three days are r
 each day by partition offset), must be the first records the live workers wrote for that key — same key and value
 bytes, same timestamp, same order — with only records of the fourth day's input after them.
 
-How the live input is fed (README, "Reprocessing": what batch can and cannot equal): in event-time order, a batch of
+How the live input is fed (docs/reprocessing.md: what batch can and cannot equal): in event-time order, a batch of
 at most 10 minutes of event time at a time, the workers never more than two batches behind (``produce_paced``), so
 they read their partitions at a pace the orders pipeline's 30-minute grace absorbs; between busy hours the feed
 waits until every stage has committed everything (a gap of hours in event time would otherwise let one partition's

@@ -73,7 +73,7 @@ PARTITIONS = 4
 # hourly task, which reads one repartition partition fed by every upstream task, gets each upstream task's whole
 # share of the backlog as it comes: its stream time runs to the end of the first share, and the others' lines
 # arrive hours behind it. Measured with 4 partitions: 1,397 of 4,469 rerun lines dropped as late with the app's
-# 30 min grace (1,441 with 4 stream threads), 395 with a 6 h grace. That is the README's orders rule (grace must
+# 30 min grace (1,441 with 4 stream threads), 395 with a 6 h grace. That is docs/orders-pipeline.md's rule (grace must
 # cover how unevenly partitions are read), not the reset's: on one partition the rerun reads its backlog in
 # offset order and its windows are comparable (platform/runbooks/reset.md, "Windows after a reset").
 ORDERS_PARTITIONS = 1

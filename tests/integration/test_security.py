@@ -1,4 +1,4 @@
-"""Security on the embedded broker, as far as it allows (README, "The embedded broker and its limits"):
+"""Security on the embedded broker, as far as it allows (docs/broker-limits.md):
 
 - **TLS** end to end through a TLS-terminating proxy (Debian's ``stunnel4``; Tansu's own TLS flags do
   not work), the broker advertising the proxy's port so every client reconnects through it: an app

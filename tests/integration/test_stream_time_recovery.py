@@ -2,7 +2,7 @@
 is late relative to the stream time it had committed, even when that record is the first it processes.
 
 Kafka Streams keeps each partition's time in the offset commit metadata; the embedded broker drops commit
-metadata (README, broker limits), so on it this test exercises the stream-time topic
+metadata (docs/broker-limits.md), so on it this test exercises the stream-time topic
 (``<application.id>-<subtopology>-stream-time``, :mod:`streaming.runtime.stream_time`).
 """
 
