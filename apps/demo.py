@@ -378,7 +378,8 @@ def report_platform(platform: PlatformSummary, seconds: float) -> bool:
     for column in ("on", "check", "day", "severity", "result", "failing"):
         checks.add_column(column)
     for asset, name, day, severity, passed, failing in platform.checks:  # on: archive/<topic> or reprocessed/<app>
-        checks.add_row(asset.split("/")[0], name, day, severity, "[green]passed[/]" if passed else "[red]failed[/]",
+        # severity in lower case, as the result: an upper-case WARN reads as a log line's level (it is a check's)
+        checks.add_row(asset.split("/")[0], name, day, severity.lower(), "[green]passed[/]" if passed else "[red]failed[/]",
                        failing)
     console.print(checks)
     reprocessed = platform.reprocessed
