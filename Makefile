@@ -40,8 +40,13 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	@mkdir -p $(DAGSTER_HOME)
 	cp dagster.yaml $@
 
+# The webserver and the daemon (schedules, sensors, backfills) as two processes, as `dagster dev` runs them, without
+# its notices meant for other layouts (its successor `dg dev`; a dagster.yaml in the current folder: the template).
 ui: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
-	DAGSTER_HOME=$(DAGSTER_HOME) $(VENV)/bin/dagster dev -w workspace.yaml -p $(UI_PORT)
+	@export DAGSTER_HOME=$(DAGSTER_HOME); \
+	$(VENV)/bin/dagster-daemon run -w workspace.yaml & daemon=$$!; \
+	trap 'kill $$daemon 2>/dev/null' EXIT INT TERM; \
+	$(VENV)/bin/dagster-webserver -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 clean:
 	rm -rf .brook .dagster .pytest_cache .ruff_cache .mypy_cache build *.egg-info

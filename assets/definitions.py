@@ -11,6 +11,8 @@ app (``idle_alerts``).
 
 from __future__ import annotations
 
+import warnings
+
 import dagster as dg
 
 from assets.app_topologies import check_apps_against_topologies
@@ -27,6 +29,11 @@ from assets.reset.jobs import reset_definitions
 from assets.resources import PlatformResource, kafka_resource, spark_resource
 from assets.scaling.jobs import scale_definitions
 from assets.topics import topic_asset_specs
+
+# Dagster 1.13 re-creates each sensor with the `owners` it already has when resources are bound to its jobs, and warns
+# that the parameter is in beta although Brook never sets it: a notice for nobody (what `make ui` printed twice).
+warnings.filterwarnings("ignore", message="Parameter `owners` of initializer `SensorDefinition.__init__`",
+                        category=dg.BetaWarning)
 
 spec_path = find_spec_path()
 platform_spec = load_platform_spec(spec_path)
