@@ -10,6 +10,8 @@ need Spark and Dagster):
   timeout), the alert, the topic's ends, an order, the ``resumed`` alert.
 - platform/runbooks/restore-lost-worker.md: its "Starting state" (the word count of the archive runbook's "Start
   here", its worker with its own ``state.dir``, killed with SIGKILL), then "Bring the worker back".
+- platform/runbooks/rebalances.md: its "Starting state" (that word count's worker in two terminals), then its
+  check ``brook status wordcount``.
 
 Each test has its own broker workdir, state directories (``TMPDIR``) and no broker address in the environment:
 the commands find the broker as a user's would (``BROOK_BROKER_WORKDIR`` stands for the checkout's
@@ -204,5 +206,32 @@ def test_the_restore_lost_worker_runbook(tmp_path: Path) -> None:
             assert "restored store 'word-counts'" in text, text[-3000:]
             assert re.search(r"\bbe\s+3\s*$", shell(inspect, env).stdout, re.MULTILINE)
         assert worker.returncode == 0, log.read_text()[-3000:]
+    finally:
+        stop_broker(env)
+
+
+def test_the_rebalances_runbook_checks_two_workers(tmp_path: Path) -> None:
+    """platform/runbooks/rebalances.md: its "Starting state" (the archive runbook's word count, the worker line in
+    two terminals), then its check ``brook status wordcount``: both workers, every input partition owned."""
+    start = sh_blocks(section("archive-and-quality.md", "## Start here"))[0]
+    [worker_line] = sh_blocks(section("rebalances.md", "## Starting state"))
+    [archive_worker] = [line for line in start.splitlines() if "brook worker run" in line]
+    assert "brook status wordcount" in section("rebalances.md", "## Checks")
+    env = environment(tmp_path)
+    try:
+        shell(start.replace(archive_worker, ""), env, timeout=120)
+        logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
+        worker_line = worker_line.split("#")[0]
+        with background(worker_line, env, logs[0]) as first, background(worker_line, env, logs[1]) as second:
+            for worker, log in ((first, logs[0]), (second, logs[1])):
+                wait_for("RUNNING worker", logged(log, "state REBALANCING -> RUNNING"), worker, log, timeout=120)
+
+            def both_listed() -> bool:
+                status = shell(".venv/bin/brook status wordcount", env, check=False).stdout
+                return re.search(r"instances \(2\b", status) is not None
+            wait_for("two instances in brook status", both_listed, first, logs[0], timeout=90)
+            dirs = {re.search(r"state\.dir (\S+):", log.read_text()).group(1) for log in logs}
+            assert len(dirs) == 2, dirs  # each took a state directory of its own
+        assert first.returncode == 0 and second.returncode == 0
     finally:
         stop_broker(env)
