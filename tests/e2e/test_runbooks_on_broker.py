@@ -12,6 +12,8 @@ need Spark and Dagster):
   here", its worker with its own ``state.dir``, killed with SIGKILL), then "Bring the worker back".
 - platform/runbooks/rebalances.md: its "Starting state" (that word count's worker in two terminals), then its
   check ``brook status wordcount``.
+- platform/runbooks/exactly-once.md: its worker line on the dead-letters state (``apps/orders/config.yaml`` for the
+  production file), ``brook status``, then its ``init_transactions`` line after the worker is SIGKILLed.
 
 Each test has its own broker workdir, state directories (``TMPDIR``) and no broker address in the environment:
 the commands find the broker as a user's would (``BROOK_BROKER_WORKDIR`` stands for the checkout's
@@ -233,5 +235,34 @@ def test_the_rebalances_runbook_checks_two_workers(tmp_path: Path) -> None:
             dirs = {re.search(r"state\.dir (\S+):", log.read_text()).group(1) for log in logs}
             assert len(dirs) == 2, dirs  # each took a state directory of its own
         assert first.returncode == 0 and second.returncode == 0
+    finally:
+        stop_broker(env)
+
+
+def test_the_exactly_once_runbook_worker_and_its_unblocking_producer(tmp_path: Path) -> None:
+    """platform/runbooks/exactly-once.md on the state it names for the embedded broker: the dead-letters runbook's
+    (the orders topics, a key), its worker line with ``apps/orders/config.yaml`` for the production file. The
+    worker's transactional id is ``<application.id>-<instance.name>-<thread>``; after a SIGKILL, the runbook's
+    ``init_transactions`` line with that id runs (what unblocks a read_committed reader)."""
+    text = (RUNBOOKS / "exactly-once.md").read_text()
+    worker_line = sh_blocks(text)[0].replace("apps/orders/config.prod.yaml", "apps/orders/config.yaml")
+    [unblock] = sh_blocks(section("exactly-once.md", "## read_committed readers"))
+    state = sh_blocks(section("dead-letters.md", "## Starting state"))[0]
+    env = environment(tmp_path)
+    try:
+        made = shell(state[:state.index(".venv/bin/brook worker run")] + 'echo "key=$BROOK_ORDERS_KEY_K1"', env,
+                     timeout=180).stdout
+        env["BROOK_ORDERS_KEY_K1"] = made.rsplit("key=", 1)[1].strip()
+        log = tmp_path / "exactly-once-worker.log"
+        with background(worker_line, env, log) as worker:
+            wait_for("RUNNING worker", logged(log, "state REBALANCING -> RUNNING"), worker, log, timeout=120)
+            assert "transactional producer 'orders-orders-worker-3-1' initialized" in log.read_text(), \
+                log.read_text()[-3000:]
+            status = shell(".venv/bin/brook status orders", env).stdout
+            assert "orders-worker-3" in status, status
+            os.killpg(worker.pid, signal.SIGKILL)  # a dead instance: whatever it had open stays open
+            worker.wait(timeout=30)
+        bootstrap = shell(".venv/bin/brook broker start", env).stdout.strip()
+        shell(unblock.replace("HOST:PORT", bootstrap).replace("THE-ID", "orders-orders-worker-3-1"), env, timeout=120)
     finally:
         stop_broker(env)
