@@ -168,3 +168,14 @@ def test_the_files_a_runbook_names_exist(path: Path) -> None:
     missing = sorted({name for name in REPO_PATH.findall(path.read_text())
                       if name not in WRITTEN_BY_THE_READER and not (ROOT / name).exists()})
     assert not missing, missing
+
+
+def test_the_orders_state_creates_every_topic_the_orders_app_reads_and_writes() -> None:
+    """dead-letters.md's starting state (reused by idle-source.md and exactly-once.md) creates the orders app's
+    topics; one missing would stop the worker at start-up, or at the first line routed to its category."""
+    from apps.orders.pipeline import ITEMS_TOPIC, ORDERS_TOPIC, OUTPUT_TOPICS, USERS_TOPIC
+
+    text = (ROOT / "platform" / "runbooks" / "dead-letters.md").read_text()
+    loop = re.search(r"for topic in (.*?); do", text.replace("\\\n", " "), re.DOTALL)
+    assert loop is not None
+    assert set(loop.group(1).split()) == {ORDERS_TOPIC, USERS_TOPIC, ITEMS_TOPIC, *OUTPUT_TOPICS}
