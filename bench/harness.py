@@ -320,7 +320,8 @@ class Run:
                                     "records": self.args.records, "sides": self.sides, "ratios": self.ratios,
                                     "problems": self.problems, "machine": C.machine_info(),
                                     "brook_set": C.parse_overrides(self.args.brook_set),
-                                    "load_average": list(_loadavg()), **(extra or {})})
+                                    "load_average": list(_loadavg()), "finished": time.strftime("%H:%M:%S"),
+                                    **(extra or {})})
         return 1 if self.problems else 0
 
 
@@ -387,7 +388,7 @@ def table(names: tuple[str, ...] = WORKLOADS) -> int:
     for name in names:
         path = C.RESULTS_DIR / f"{name}.json"
         if not path.exists():
-            rows.append([name, "(not run)", "-", "-", "-"])
+            rows.append([name, "(not run)", "-", "-", "-", "-", "-", "-"])
             continue
         data = json.loads(path.read_text())
         for r in data["ratios"]:
@@ -395,10 +396,12 @@ def table(names: tuple[str, ...] = WORKLOADS) -> int:
             target = r["target"]
             verdict = "-" if value is None or target is None else ("meets" if value >= target else "BELOW")
             rows.append([name, r["ratio"], "n/a" if value is None else f"{value:.2f}",
-                         "-" if target is None else f">= {target:g}", verdict])
+                         "-" if target is None else f">= {target:g}", verdict, f"{data['records']:,}",
+                         " ".join(f"{x:.1f}" for x in data.get("load_average", [])), data.get("finished", "-")])
         if data["problems"]:
-            rows.append([name, f"PROBLEMS: {'; '.join(data['problems'])[:100]}", "-", "-", "-"])
-    print(C.fmt_table(["workload", "ratio", "value", "target", ""], rows, "llrrl"))
+            rows.append([name, f"PROBLEMS: {'; '.join(data['problems'])[:100]}", "-", "-", "-", "-", "-", "-"])
+    print(C.fmt_table(["workload", "ratio", "value", "target", "", "records", "load average", "finished"], rows,
+                      "llrrlrll"))
     return 0
 
 
