@@ -105,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                           changelog=run.topic(f"changelog-{label}"))
             run.side(label, kind, cfg, run.args.records, verify=verify(run.bootstrap, run.args.records, not cache))
         if not cache:
-            run.ratio("brook / loop, processing rate", run.sides["brook"].get("rate"), run.sides["loop"].get("rate"),
-                      0.6)
+            run.versus("loop", "brook", "loop", 0.6)
         return run.finish()
 
 

@@ -310,6 +310,14 @@ class Run:
         value = num / den if num and den else None
         self.ratios.append({"workload": self.name, "ratio": label, "value": value, "target": target})
 
+    def versus(self, what: str, brook: str, loop: str, target: float | None) -> None:
+        """``brook``'s processing rate over ``loop``'s (against ``target``) and, less sensitive to a loaded
+        machine, the loop's CPU per record over Brook's."""
+        b, c = self.sides[brook], self.sides[loop]
+        self.ratio(f"{brook} / {what}, processing rate", b.get("rate"), c.get("rate"), target)
+        self.ratio(f"{brook} / {what}, CPU per record (inverse)", c.get("cpu_us_per_record"),
+                   b.get("cpu_us_per_record"), None)
+
     def finish(self, extra: dict[str, Any] | None = None) -> int:
         for r in self.ratios:
             value = "n/a" if r["value"] is None else f"{r['value']:.2f}"

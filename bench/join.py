@@ -110,8 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         for label in ("loop", "brook"):
             run.side(label, label, run.cfg(label, topics=[table, stream], out=run.topic(f"out-{label}"), ends=ends),
                      USERS + run.args.records, verify=verify(run.bootstrap, run.args.records))
-        run.ratio("brook / dict loop, processing rate", run.sides["brook"].get("rate"), run.sides["loop"].get("rate"),
-                  0.6)
+        run.versus("dict loop", "brook", "loop", 0.6)
         return run.finish()
 
 

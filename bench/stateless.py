@@ -64,8 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, kind in (("loop", "loop"), ("brook", "brook")):
             run.side(label, kind, run.cfg(label, topics=[source], out=run.topic(f"out-{label}"), ends=ends),
                      run.args.records, verify=check)
-        run.ratio("brook / loop, processing rate", run.sides["brook"].get("rate"), run.sides["loop"].get("rate"),
-                  0.85)
+        run.versus("loop", "brook", "loop", 0.85)
         return run.finish()
 
 

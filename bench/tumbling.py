@@ -68,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         for label in ("loop", "brook"):
             run.side(label, label, run.cfg(label, topics=[source], out=run.topic(f"out-{label}"), ends=ends),
                      run.args.records, verify=checks[label])
-        run.ratio("brook / stateless loop, processing rate", run.sides["brook"].get("rate"),
-                  run.sides["loop"].get("rate"), 0.4)
+        run.versus("stateless loop", "brook", "loop", 0.4)
         return run.finish()
 
 
