@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -383,116 +383,6 @@ class EndOffsetWatcher:
             self.consumer.close()
 
 
-def committed_offsets(bootstrap_servers: str, group_id: str, topic: str, partitions: int) -> dict[int, int]:
-    """The group's committed offsets for ``topic`` (-1 when nothing is committed)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": group_id, "enable.auto.commit": False})
-    try:
-        tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return {tp.partition: tp.offset for tp in tps}
-    finally:
-        c.close()
-
-
-@dataclass
-class Verification:
-    records: int = 0
-    expected: int = 0
-    missing: int = 0
-    duplicates: int = 0
-    wrong: int = 0
-    first_problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.records == self.expected and not (self.missing or self.duplicates or self.wrong)
-
-    def summary(self) -> str:
-        if self.ok:
-            return f"ok ({self.records:,} records, each order once, values right)"
-        parts = [f"{self.records:,} records, expected {self.expected:,}"]
-        if self.missing:
-            parts.append(f"{self.missing:,} missing")
-        if self.duplicates:
-            parts.append(f"{self.duplicates:,} duplicates (at-least-once redelivery?)")
-        if self.wrong:
-            parts.append(f"{self.wrong:,} wrong")
-        return "MISMATCH: " + ", ".join(parts)
-
-
-def verify_output(
-    bootstrap_servers: str, topic: str, partitions: int, input_records: int, timeout: float = 300.0
-) -> Verification:
-    """Read ``topic`` to partition EOF and check it against the filter + map of orders
-    0..input_records-1: each passing order exactly once, with the right key and value."""
-    import orjson
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": f"bench-verify-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "fetch.queue.backoff.ms": 10,
-        }
-    )
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    seen = bytearray(input_records)
-    res = Verification()
-    eof: set[int] = set()
-    deadline = time.monotonic() + timeout
-
-    def problem(text: str) -> None:
-        if len(res.first_problems) < 5:
-            res.first_problems.append(text)
-
-    try:
-        while len(eof) < partitions:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"verifying {topic}: not at EOF after {timeout:.0f}s")
-            for m in c.consume(num_messages=10_000, timeout=0.5):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        eof.add(m.partition())
-                        continue
-                    raise RuntimeError(f"verifying {topic}: {err}")
-                eof.discard(m.partition())
-                res.records += 1
-                try:
-                    v = orjson.loads(m.value())
-                    n = v["order_id"]
-                    good = 0 <= n < input_records
-                except Exception as exc:  # noqa: BLE001
-                    res.wrong += 1
-                    problem(f"undecodable value at {m.partition()}/{m.offset()}: {exc}")
-                    continue
-                if not good:
-                    res.wrong += 1
-                    problem(f"unknown order_id {n}")
-                    continue
-                if seen[n]:
-                    res.duplicates += 1
-                    continue
-                seen[n] = 1
-                src = value_of(n)
-                key = m.key().decode() if m.key() is not None else None
-                if not passes_filter(src) or v != map_value(src) or key != key_of(n):
-                    res.wrong += 1
-                    problem(f"order {n}: got key={key!r} value={v!r}")
-    finally:
-        c.close()
-    for n in range(input_records):
-        src_passes = passes_filter(value_of(n))
-        if src_passes:
-            res.expected += 1
-            if not seen[n]:
-                res.missing += 1
-    return res
-
-
 # --------------------------------------------------------------------------------------------------
 # Process resources and reporting
 # --------------------------------------------------------------------------------------------------
@@ -567,8 +457,7 @@ def rel_path(path: Path) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# Added for the stateful benchmark (bench/stateful.py; stateless.py uses brook_client_settings and
-# CommittedOffsetsReader too); nothing above depends on these.
+# Brook's client settings and reading a topic back
 # --------------------------------------------------------------------------------------------------
 
 
@@ -622,51 +511,13 @@ def iter_topic(
         c.close()
 
 
-class CommittedOffsetsReader:
-    """Reads a group's committed offsets for one topic with one long-lived client that never joins
-    the group (cheap enough to poll every ~0.1 s while a side runs)."""
-
-    def __init__(self, bootstrap_servers: str, group_id: str, topic: str, partitions: int) -> None:
-        from confluent_kafka import Consumer, TopicPartition
-
-        self._tps = [TopicPartition(topic, p) for p in range(partitions)]
-        self._c = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": group_id, "enable.auto.commit": False})
-
-    def read(self) -> dict[int, int]:
-        """Committed offset per partition (-1 when none); {} if the coordinator did not answer."""
-        try:
-            return {tp.partition: tp.offset for tp in self._c.committed(self._tps, timeout=5)}
-        except Exception:  # noqa: BLE001 - e.g. coordinator still loading
-            return {}
-
-    def caught_up(self, ends: dict[int, int]) -> bool:
-        got = self.read()
-        return bool(got) and all(got.get(p, -1) >= e for p, e in ends.items())
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._c.close()
-
-
 # --------------------------------------------------------------------------------------------------
-# Running a side in a spawned process and watching it from the parent (both benchmarks)
+# A side in a spawned process (latency.py, backpressure.py; the issue-21 workloads use bench/harness.py)
 # --------------------------------------------------------------------------------------------------
 
 
 class SideFailed(Exception):
     """A side or phase failed: its process reported an error or died, or it ran out of time."""
-
-
-class SideUnavailable(Exception):
-    """A side cannot run here, e.g. the Brook runtime is not importable or lacks an API it needs."""
-
-
-def phase_failure(label: str, exc: BaseException) -> dict[str, Any]:
-    """Print that the side or phase ``label`` was skipped (:class:`SideUnavailable`) or failed (anything
-    else: :class:`SideFailed`, a timeout) and return its status record for the results."""
-    status = "unavailable" if isinstance(exc, SideUnavailable) else "failed"
-    print(f"  {label}: {'SKIPPED' if status == 'unavailable' else 'FAILED'} -- {exc}", flush=True)
-    return {"status": status, "message": str(exc)}
 
 
 def pump(q: Any, events: dict[str, Any], block: float = 0.0) -> None:
@@ -682,79 +533,9 @@ def pump(q: Any, events: dict[str, Any], block: float = 0.0) -> None:
         block = 0.0
 
 
-class CpuMeter:
-    """CPU time used from now on by this (the watching) process and by the broker process."""
-
-    def __init__(self, broker: BrokerHandle) -> None:
-        self._broker = broker
-        self._cpu0 = cpu_seconds()
-        self._broker0 = broker.cpu_seconds()
-
-    def record(self, result: dict[str, Any]) -> None:
-        """Set ``watcher_cpu_s`` and, when the broker's CPU time is known, ``broker_cpu_s`` in ``result``."""
-        result["watcher_cpu_s"] = round(cpu_seconds() - self._cpu0, 2)
-        broker1 = self._broker.cpu_seconds()
-        if self._broker0 is not None and broker1 is not None:
-            result["broker_cpu_s"] = round(broker1 - self._broker0, 2)
-
-
-def output_timing(
-    records: int, t0: float, t_done: float, t_first: float | None, *, from_first: bool = True
-) -> dict[str, Any]:
-    """A side's figures from the parent's clock: ``seconds`` (t0 to t_done) and ``records_per_s``
-    over ``records`` input records, when the first output appeared, and with ``from_first`` the
-    seconds and records/s from the first output record to t_done."""
-    seconds = t_done - t0
-    out: dict[str, Any] = {
-        "seconds": round(seconds, 3),
-        "records_per_s": round(records / seconds, 1),
-        "first_output_after_s": round(t_first - t0, 3) if t_first is not None else None,
-    }
-    if from_first:
-        span = t_done - t_first if t_first is not None else None
-        out["seconds_from_first_output"] = round(span, 3) if span else None
-        out["records_per_s_from_first_output"] = round(records / span, 1) if span else None
-    return out
-
-
 # --------------------------------------------------------------------------------------------------
-# A Brook KafkaStreams app inside a side's process (both benchmarks)
+# A Brook KafkaStreams app inside a side's process
 # --------------------------------------------------------------------------------------------------
-
-
-def import_brook(q: Any) -> bool:
-    """Import the Brook runtime; if it cannot be imported, report ``("unavailable", why)`` on the
-    child's queue ``q`` and return False."""
-    try:
-        import streaming  # noqa: F401
-        from streaming import KafkaStreams, Serdes, StreamsBuilder  # noqa: F401
-    except Exception as exc:  # noqa: BLE001
-        q.put(("unavailable", f"cannot import the Brook runtime (streaming.KafkaStreams etc.): {exc!r}"))
-        return False
-    return True
-
-
-def record_states(app: Any) -> list[tuple[float, str, str]]:
-    """Register a state listener on ``app`` (if it takes one) that appends ``(time.monotonic(), new,
-    old)`` to the returned list."""
-    states: list[tuple[float, str, str]] = []
-    try:
-        app.set_state_listener(lambda new, old: states.append((time.monotonic(), str(new), str(old))))
-    except Exception:  # noqa: BLE001 - optional
-        pass
-    return states
-
-
-def first_running(states: list[Any]) -> float | None:
-    """The time of the first change to RUNNING in ``states`` (``(t, new, old)`` entries), or None."""
-    running = [t for t, new, _ in states if new.upper().endswith("RUNNING") and "NOT" not in new.upper()]
-    return running[0] if running else None
-
-
-def app_error(app: Any, state: str) -> str:
-    """The message for ``app`` having gone to the error state ``state``, with its exception if it has one."""
-    exc = getattr(app, "exception", None)
-    return f"Brook app went to state {state}" + (f": {exc!r}" if exc is not None else "")
 
 
 def close_app(app: Any) -> float:

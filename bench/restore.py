@@ -1,170 +1,119 @@
-"""Restore with and without a changelog snapshot: time until a fresh instance's tasks are RUNNING.
+"""Restore: a store rebuilt from a 1,000,000-record changelog over 10,000 keys (records/s), against a loop
+that reads the changelog into RocksDB (rocksdict, one WriteBatch per
+consumed batch of up to 10,000 records).
 
-Workload: the changelog of a ``count`` store (``group_by_key().count()``, a timestamped RocksDB store)
-with 2,000,000 updates over 10,000 keys on 4 partitions, produced straight into
-``<app>-counts-changelog`` (the embedded broker never compacts, so a restore replays all of it).
-The platform's compaction (``assets.spark.compaction.compact_changelog``, Spark ``local[2]``) folds it
-into a snapshot; then 1,000 more updates make a tail. In one run, each on a fresh state directory:
+Brook's rate is timed inside its process by a restore listener, per restored batch (from the end of the
+first batch to the end of the last); the store is then checked key by key. The loop is timed after each
+batch. (Restoring from a snapshot instead: ``bench/snapshot.py``.)
 
-* **without** -- ``KafkaStreams`` restores all 2,001,000 changelog records;
-* **with** -- the same app with ``state.snapshot.location``: loads the snapshot, restores the tail;
-* **baseline** -- the same topology under another application id with an empty changelog: what a
-  start costs with nothing to restore (mostly the ~3 s group join of the embedded broker).
-
-Figures: seconds from ``start()`` to RUNNING for each; the restore part is that minus the baseline,
-and the speed-up is (without - baseline) / (with - baseline). Target: at least 10x. Each restored
-store is checked against the expected count of every key.
-
-    .venv/bin/python bench/restore.py
-    .venv/bin/python bench/restore.py --records 500000
+    .venv/bin/python bench/restore.py [--records N]
 """
 
 from __future__ import annotations
 
-import argparse
-import random
+import multiprocessing as mp
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-_ROOT = str(Path(__file__).resolve().parent.parent)
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common as C  # noqa: E402
-from streaming.naming import changelog_topic  # noqa: E402
-
-NAME = "restore"
-PARTITIONS = 4
-KEYS = 10_000
-STORE = "counts"
-TARGET_SPEEDUP = 10.0
+from bench import common as C
+from bench import harness as H
+from bench import snapshot
 
 
-def topology(source: str) -> Any:
-    from streaming import Serdes, StreamsBuilder
-
-    builder = StreamsBuilder()
-    builder.stream(source, key_serde=Serdes.String(), value_serde=Serdes.String()).group_by_key().count(
-        materialized=STORE)
-    return builder.build()
+def _span(first: float, first_records: int, last: float, records: int, cpu0: float) -> dict[str, Any]:
+    return {"records": records, "rate": (records - first_records) / (last - first) if last > first else None,
+            "cpu_us_per_record": 1e6 * (C.cpu_seconds() - cpu0) / records, "peak_rss_mb": C.peak_rss_mb()}
 
 
-def load_changelog(bootstrap: str, topic: str, records: int, first: int, counts: dict[str, int], seed: int) -> None:
-    """Produce ``records`` count updates (the count of a random key, +1 each) with their timestamps."""
-    from confluent_kafka import Producer
+def loop_side(bootstrap: str, changelog: str, records: int, state_dir: str) -> dict[str, Any]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from rocksdict import Options, Rdict, WriteBatch
 
-    rng = random.Random(seed)
-    producer = Producer({"bootstrap.servers": bootstrap, **C.PRODUCER_SETTINGS, "linger.ms": 20,
-                         "queue.buffering.max.messages": 500_000})
-    for n in range(first, first + records):
-        key = f"k{rng.randrange(KEYS):05d}"
-        counts[key] = counts.get(key, 0) + 1
-        while True:
-            try:
-                producer.produce(topic, key=key.encode(), value=counts[key].to_bytes(8, "big", signed=True),
-                                 timestamp=1_700_000_000_000 + n)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if n % 10_000 == 0:
-            producer.poll(0)
-    if producer.flush(120):
-        raise SystemExit(f"loading {topic}: records still unacknowledged after 120 s")
+    db = Rdict(f"{state_dir}/loop", Options())
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "restore-loop", **C.CONSUMER_SETTINGS})
+    consumer.assign([TopicPartition(changelog, p, OFFSET_BEGINNING) for p in range(H.PARTITIONS)])
+    cpu0, done, first = C.cpu_seconds(), 0, None
+    while done < records:
+        messages = consumer.consume(10_000, 0.1)
+        batch = WriteBatch()
+        for m in messages:
+            batch.put(m.key(), m.value())
+        db.write(batch)
+        done += len(messages)
+        if messages and first is None:
+            first, first_records = time.perf_counter(), len(messages)
+    last = time.perf_counter()
+    consumer.close()
+    db.close()
+    return _span(first, first_records, last, done, cpu0)
 
 
-def time_to_running(bootstrap: str, app_id: str, source: str, extra: dict[str, Any],
-                    expected: dict[str, int] | None) -> tuple[float, Any]:
-    """Seconds from ``start()`` to RUNNING on a fresh state directory; checks the store against ``expected``."""
+def brook_side(bootstrap: str, app_id: str, source: str, expected: dict[str, int], state_dir: str) -> dict[str, Any]:
     from streaming import KafkaStreams
     from streaming.runtime.kafka_streams import State
     from streaming.testing import RestoreCounter
 
-    restored = RestoreCounter()
-    with tempfile.TemporaryDirectory(prefix="brook-bench-restore-") as state_dir:
-        app = KafkaStreams(topology(source), {
-            "application.id": app_id, "bootstrap.servers": bootstrap, "state.dir": state_dir,
-            **{f"consumer.{k}": v for k, v in C.brook_config_strings(C.CONSUMER_SETTINGS).items()
-               if k not in C.RUNTIME_MANAGED_CONSUMER_KEYS}, **extra})
-        app.set_global_state_restore_listener(restored)
-        started = time.perf_counter()
-        app.start()
-        try:
-            while app.state is not State.RUNNING:
-                if app.exception is not None or time.perf_counter() - started > 600:
-                    raise SystemExit(f"{app_id} did not reach RUNNING: {app.exception or 'timeout'}")
-                time.sleep(0.005)
-            seconds = time.perf_counter() - started
-            if expected is not None:
-                store = dict(app.store(STORE).all())
-                if store != expected:
-                    wrong = sum(1 for k in expected.keys() | store.keys() if store.get(k) != expected.get(k))
-                    raise SystemExit(f"{app_id} {extra or ''}: the restored store differs in {wrong} keys")
-        finally:
-            app.close(60)
-    return seconds, restored
+    class Timed(RestoreCounter):
+        first: float | None = None
+        first_records = 0
+        last = 0.0
+
+        def on_batch_restored(self, tp: Any, store: str, end: int, num: int) -> None:
+            super().on_batch_restored(tp, store, end, num)
+            self.last = time.perf_counter()
+            if self.first is None:
+                self.first, self.first_records = self.last, num
+
+    listener = Timed()
+    app = KafkaStreams(snapshot.topology(source), {"application.id": app_id, "bootstrap.servers": bootstrap,
+                                                   "state.dir": state_dir,
+                                                   **C.brook_client_settings(C.CONSUMER_SETTINGS, {})})
+    app.set_global_state_restore_listener(listener)
+    cpu0 = C.cpu_seconds()
+    app.start()
+    try:
+        while app.state is not State.RUNNING:
+            if app.exception is not None:
+                raise RuntimeError(f"Brook failed: {app.exception!r}")
+            time.sleep(0.005)
+        result = _span(listener.first, listener.first_records, listener.last, listener.changelog_records, cpu0)
+        store = dict(app.store(snapshot.STORE).all())
+        result["wrong_keys"] = sum(1 for k in expected.keys() | store.keys() if store.get(k) != expected.get(k))
+    finally:
+        closing = time.perf_counter()
+        app.close(60)
+    return {**result, "close_s": time.perf_counter() - closing}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=2_000_000, help="changelog updates before the snapshot")
-    parser.add_argument("--tail", type=int, default=1_000, help="changelog updates after the snapshot")
-    parser.add_argument("--bootstrap", help="use a running broker instead of starting the embedded one")
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> int:
+    from streaming.naming import changelog_topic
 
-    from assets.spark.compaction import compact_changelog
-    from assets.spark.session import local_spark_session
-
-    counts: dict[str, int] = {}
-    with (C.broker(args.bootstrap) as broker, tempfile.TemporaryDirectory(prefix="brook-bench-snap-") as location):
-        bootstrap = broker.bootstrap_servers
-        app_id, baseline_id = f"restore-{C.run_id()}", f"restore-baseline-{C.run_id()}"
-        source, changelog = f"{app_id}-in", changelog_topic(app_id, STORE)
-        C.create_topics(bootstrap, {source: PARTITIONS, changelog: PARTITIONS})
-        t0 = time.perf_counter()
-        load_changelog(bootstrap, changelog, args.records, 0, counts, seed=1)
-        print(f"loaded {args.records:,} changelog records over {len(counts):,} keys in {time.perf_counter() - t0:.1f} s")
-
-        spark = local_spark_session()
-        manifest = compact_changelog(spark, client_config={"bootstrap.servers": bootstrap}, location=location,
-                                     application_id=app_id, store=STORE, changelog_topic=changelog, keep=1).manifest
-        spark.stop()
-        print(f"snapshot {manifest.snapshot_id}: {manifest.keys:,} keys from {manifest.records_read:,} records "
-              f"in {manifest.duration_s:.1f} s (Spark; not part of the restore figures)")
-        load_changelog(bootstrap, changelog, args.tail, args.records, counts, seed=2)
-
-        baseline_s, _ = time_to_running(bootstrap, baseline_id, source, {}, None)
-        with_s, with_snapshot = time_to_running(bootstrap, app_id, source, {"state.snapshot.location": location},
-                                                counts)
-        without_s, without = time_to_running(bootstrap, app_id, source, {}, counts)
-
-    total = args.records + args.tail
-    assert without.changelog_records == total, f"the full restore read {without.changelog_records:,} records"
-    assert with_snapshot.changelog_records == args.tail, f"the snapshot restore read {with_snapshot.changelog_records:,}"
-    restore_without, restore_with = without_s - baseline_s, max(with_s - baseline_s, 1e-3)
-    speedup = restore_without / restore_with
-    rows = [
-        ["without snapshot", f"{without.changelog_records:,}", "-", f"{without_s:.2f}", f"{restore_without:.2f}",
-         f"{without.changelog_records / restore_without:,.0f}"],
-        ["with snapshot", f"{with_snapshot.changelog_records:,}", f"{with_snapshot.snapshot_keys:,}", f"{with_s:.2f}",
-         f"{restore_with:.2f}", "-"],
-        ["baseline (nothing to restore)", "0", "-", f"{baseline_s:.2f}", "0", "-"],
-    ]
-    print(C.fmt_table(["start", "changelog records", "snapshot keys", "start->RUNNING s", "restore s",
-                       "records/s"], rows))
-    verdict = "MEETS" if speedup >= TARGET_SPEEDUP else "BELOW"
-    print(f"restore with the snapshot is {speedup:.1f}x faster ({restore_without:.2f} s vs {restore_with:.2f} s "
-          f"after the {baseline_s:.2f} s start) -- {verdict} the target of {TARGET_SPEEDUP:.0f}x; "
-          f"start->RUNNING {without_s / with_s:.1f}x; both stores verified key by key")
-    path = C.write_results(NAME, {
-        "records": args.records, "tail": args.tail, "keys": len(counts), "partitions": PARTITIONS,
-        "without_s": without_s, "with_s": with_s, "baseline_s": baseline_s, "speedup_restore": speedup,
-        "snapshot_keys": with_snapshot.snapshot_keys, "machine": C.machine_info(),
-    })
-    print(f"results: {C.rel_path(path)}")
-    return 0
+    with H.Run("restore", "restore a store from its changelog (10,000 keys)", argv) as run:
+        app_id = f"bench-restore-{run.rid}"
+        source, changelog = run.topic("in"), changelog_topic(app_id, snapshot.STORE)
+        C.create_topics(run.bootstrap, {changelog: H.PARTITIONS})
+        counts: dict[str, int] = {}
+        snapshot.load_changelog(run.bootstrap, changelog, run.args.records, 0, counts, seed=1)
+        with mp.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
+            for label, fn, args in (("loop", loop_side, (run.bootstrap, changelog, run.args.records, run.state_dir)),
+                                    ("brook", brook_side, (run.bootstrap, app_id, source, counts, run.state_dir))):
+                print(f"  {label} ...", flush=True)
+                result = pool.apply(fn, args)
+                result.setdefault("close_s", 0.0)
+                result["verified"] = result["records"] == run.args.records and not result.get("wrong_keys")
+                if not result["verified"]:
+                    run.problems.append(f"{label}: {result['records']:,} records restored, "
+                                        f"{result.get('wrong_keys', 0)} keys wrong")
+                run.sides[label] = result
+                print(f"  {label}: {H.fmt_side(result)}", flush=True)
+        rate = run.sides["brook"]["rate"]
+        run.ratio("brook restore, million records/s", rate / 1e6 if rate else None, 1.0, 0.5)
+        run.ratio("brook / loop, restore rate", rate, run.sides["loop"]["rate"], None)
+        return run.finish()
 
 
 if __name__ == "__main__":

@@ -281,6 +281,18 @@ class KafkaStreams:
             if lock is not own:
                 lock.release()
 
+    def processing_span(self) -> tuple[int, int, float | None, float | None]:
+        """``(records processed, records of the first processing round, end of that round, end of the last
+        round)`` over the stream threads, times from ``time.perf_counter()`` (None before any record). The
+        processing rate from the first to the last record, the group join excluded, is
+        ``(records - first_records) / (last - first)``. Recorded per processing round, never per record."""
+        threads = [t for t in self._threads if t.first_processed_at is not None]
+        if not threads:
+            return sum(t.processed for t in self._threads), 0, None, None
+        first = min(threads, key=lambda t: t.first_processed_at)
+        return (sum(t.processed for t in self._threads), first.first_processed, first.first_processed_at,
+                max(t.last_processed_at for t in threads))
+
     def metrics(self) -> dict[str, Any]:
         """Counters of the stream threads: records processed, commits, rebalances, tasks, records the DSL
         skipped on purpose (null keys or values) in the tasks currently running, and what the error

@@ -129,6 +129,11 @@ class StreamThread(threading.Thread):
         self._assigned_at: float | None = None  # when the last assignment arrived (None: none, or revoked since)
         self._last_waiting_log = 0.0
         self.processed = 0
+        # The processing span (time.perf_counter(), set per processing round, never per record): when the first
+        # round that processed records ended and how many it processed, and when the last such round ended.
+        self.first_processed_at: float | None = None
+        self.first_processed = 0
+        self.last_processed_at: float | None = None
         self.rebalances = 0
         self.process_latency = Histogram()  # per loop iteration that processed records
         self.e2e_latency = Histogram()  # per such iteration, its last record: its timestamp to the end of processing
@@ -466,6 +471,10 @@ class StreamThread(threading.Thread):
                 self.time_cap_hits += 1
                 break
         self.processed += done
+        if done:
+            self.last_processed_at = now
+            if self.first_processed_at is None:
+                self.first_processed_at, self.first_processed = now, done
         if last is not None:
             self._observe_processing(started, last.last_processed)
         return done, bool(pending)
