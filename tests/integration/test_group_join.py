@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,19 +25,23 @@ from streaming.testing.kafka import wait_for
 pytestmark = pytest.mark.integration
 
 
-def test_an_instance_closed_during_its_first_join_does_not_block_the_next(
-        bootstrap: str, unique_name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def pass_through(bootstrap: str, unique_name: str, tmp_path: Path) -> Callable[[str], KafkaStreams]:
+    """A copy from ``<name>-in`` to ``<name>-out`` (2 partitions each): a new instance of it per call, each with its
+    own state directory."""
     source, sink = f"{unique_name}-in", f"{unique_name}-out"
     create_topics(bootstrap, {source: 2, sink: 2})
     builder = StreamsBuilder()
     builder.stream(source, key_serde=Serdes.String(), value_serde=Serdes.String()).to(sink)
     topology = builder.build()
+    return lambda name: KafkaStreams(topology, {"application.id": unique_name, "bootstrap.servers": bootstrap,
+                                                "state.dir": f"{tmp_path}/{name}"})
 
-    def config(name: str) -> dict[str, object]:
-        return {"application.id": unique_name, "bootstrap.servers": bootstrap, "state.dir": f"{tmp_path}/{name}"}
 
+def test_an_instance_closed_during_its_first_join_does_not_block_the_next(
+        bootstrap: str, unique_name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    instance = pass_through(bootstrap, unique_name, tmp_path)
     caplog.set_level(logging.INFO, logger="streaming.runtime.stream_thread")
-    first = KafkaStreams(topology, config("first"))
+    first = instance("first")
     first.start()
     time.sleep(1.0)  # inside its first join (~3 s on the embedded broker)
     joining = first.state is State.REBALANCING
@@ -44,7 +49,7 @@ def test_an_instance_closed_during_its_first_join_does_not_block_the_next(
     if joining:
         assert "is stopping during a group join" in caplog.text
 
-    second = KafkaStreams(topology, config("second"))
+    second = instance("second")
     started = time.monotonic()
     second.start()
     try:
@@ -62,16 +67,8 @@ def test_an_instance_of_a_formed_group_leaves_at_once(bootstrap: str, unique_nam
     """The settle before leaving is for a group still forming: an instance that has held its assignment for
     ``FORMED_AFTER_S`` (shortened here) closes in well under a second, and the next instance still joins."""
     monkeypatch.setattr(stream_thread, "FORMED_AFTER_S", 0.5)
-    source, sink = f"{unique_name}-in", f"{unique_name}-out"
-    create_topics(bootstrap, {source: 2, sink: 2})
-    builder = StreamsBuilder()
-    builder.stream(source, key_serde=Serdes.String(), value_serde=Serdes.String()).to(sink)
-    topology = builder.build()
-
-    def config(name: str) -> dict[str, object]:
-        return {"application.id": unique_name, "bootstrap.servers": bootstrap, "state.dir": f"{tmp_path}/{name}"}
-
-    first = KafkaStreams(topology, config("first"))
+    instance = pass_through(bootstrap, unique_name, tmp_path)
+    first = instance("first")
     first.start()
     wait_for(lambda: first.state is State.RUNNING, 60, "the instance to get its assignment")
     time.sleep(1.0)
@@ -80,7 +77,7 @@ def test_an_instance_of_a_formed_group_leaves_at_once(bootstrap: str, unique_nam
     closed_in = time.monotonic() - started
     assert closed_in < stream_thread.CLOSE_SETTLE_S, f"a formed group's close took {closed_in:.2f} s"
 
-    second = KafkaStreams(topology, config("second"))
+    second = instance("second")
     second.start()
     try:
         wait_for(lambda: second.state is State.RUNNING, 60, "the next instance to get its assignment")
