@@ -164,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     if ensure_key():  # the workers and Spark inherit it
         console.print("made an encryption key for this run in BROOK_ORDERS_KEY_K1 (set it to use your own)")
-    os.environ.setdefault(DATABASE_URL_VARIABLE, f"sqlite:///{WORK / 'profiles.db'}")  # the profile service's table
+    # The profile service's table: a file of this run's (a database another run wrote to holds newer versions)
+    os.environ[DATABASE_URL_VARIABLE] = f"sqlite:///{WORK / 'profiles.db'}"
 
     lines = generators.words(args.lines, seed=1, out_of_order=0.05)
     # Users and items exist before the orders: from the start of the orders' first day, the archive's start_date,

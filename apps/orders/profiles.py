@@ -64,8 +64,12 @@ def database_url() -> str:
 
 
 def profiles_sink() -> DatabaseSink:
-    """The sink of the profiles into :func:`database_url`'s ``user_profiles`` (created if missing)."""
-    return DatabaseSink(database_url(), profiles_table(), profile_row, create_table=True)
+    """The sink of the profiles into :func:`database_url`'s ``user_profiles`` (created if missing; for a SQLite file,
+    its folder too, such as ``.brook`` in a fresh clone)."""
+    url = database_url()
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return DatabaseSink(url, profiles_table(), profile_row, create_table=True)
 
 
 def stored_profiles(url: str) -> dict[str, dict[str, Any]]:
