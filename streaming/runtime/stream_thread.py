@@ -41,9 +41,6 @@ WAITING_LOG_S = 5.0
 #: most :data:`CLOSE_JOIN_WAIT_S` more (see :meth:`StreamThread._finish_join`).
 CLOSE_SETTLE_S = 1.0
 CLOSE_JOIN_WAIT_S = 10.0
-#: A thread that has held its assignment this long, with no rebalance since, is in a formed group: it leaves at
-#: once when it stops, without :data:`CLOSE_SETTLE_S` (members that started with it have joined by then).
-FORMED_AFTER_S = 10.0
 LAG_INTERVAL_MS = 1000  # how often the loop refreshes the lag per input partition (for /metrics)
 #: Processing goes round the tasks a chunk of records each; after each round the chunk is sized from the
 #: measured time per record so that a round takes about this share of ``max.poll.processing.ms`` (at most
@@ -126,7 +123,6 @@ class StreamThread(threading.Thread):
         self.throttled_seconds = 0.0  # time the rate limit held the thread back
         self._start_offsets: dict[tuple[str, int], int] = {}  # see _start_offset
         self._waiting_since: float | None = None  # since when the thread waits for an assignment
-        self._assigned_at: float | None = None  # when the last assignment arrived (None: none, or revoked since)
         self._last_waiting_log = 0.0
         self.processed = 0
         # The processing span (time.perf_counter(), set per processing round, never per record): when the first
@@ -378,12 +374,9 @@ class StreamThread(threading.Thread):
         minutes (docs/broker-limits.md). Records polled here are dropped unprocessed, so their offsets are not
         committed; :meth:`_on_assign` starts no task while stopping.
 
-        A thread of a formed group (its assignment held for :data:`FORMED_AFTER_S`, no rebalance since) leaves at
-        once: the settle is for groups still forming, such as workers started together and stopped soon after,
-        and would cost every close of a long-running worker a second."""
-        if self._waiting_since is None and self._assigned_at is not None \
-                and time.monotonic() - self._assigned_at >= FORMED_AFTER_S:
-            return
+        The settle is needed in a formed group too: when all its workers stop at once, the first to leave starts a
+        rebalance, and one that left without settling would leave that rebalance's group leaderless (tried: the
+        demo's fresh instance then waited for its assignment for minutes)."""
         settle = time.monotonic() + CLOSE_SETTLE_S
         while self._waiting_since is None and time.monotonic() < settle:
             self.consumer.poll(0.1)
@@ -693,7 +686,6 @@ class StreamThread(threading.Thread):
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
         self._waiting_since = None
-        self._assigned_at = time.monotonic()
         stopping = self._stopping.is_set()  # the join finished after shutdown(): take the partitions only to leave
         final = self._apply_offset_resets(consumer, partitions) if self._offset_resets and not stopping else partitions
         if self._cooperative:
@@ -727,7 +719,6 @@ class StreamThread(threading.Thread):
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
         self._waiting_since = time.monotonic()
-        self._assigned_at = None
         self._on_state(self, "REBALANCING")
         pairs = as_pairs(partitions)
         self._paused.difference_update(pairs)

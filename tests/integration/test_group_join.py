@@ -17,7 +17,6 @@ import pytest
 
 from streaming import KafkaStreams, Serdes, StreamsBuilder
 from streaming.admin import create_topics
-from streaming.runtime import stream_thread
 from streaming.runtime.kafka_streams import State
 from streaming.runtime.stream_thread import WAITING_LOG_S
 from streaming.testing.kafka import wait_for
@@ -60,27 +59,3 @@ def test_an_instance_closed_during_its_first_join_does_not_block_the_next(
     assert first.exception is None and second.exception is None
     if waited > WAITING_LOG_S + 1:  # it waited: it said so while waiting
         assert "waits for its partition assignment" in caplog.text
-
-
-def test_an_instance_of_a_formed_group_leaves_at_once(bootstrap: str, unique_name: str, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """The settle before leaving is for a group still forming: an instance that has held its assignment for
-    ``FORMED_AFTER_S`` (shortened here) closes in well under a second, and the next instance still joins."""
-    monkeypatch.setattr(stream_thread, "FORMED_AFTER_S", 0.5)
-    instance = pass_through(bootstrap, unique_name, tmp_path)
-    first = instance("first")
-    first.start()
-    wait_for(lambda: first.state is State.RUNNING, 60, "the instance to get its assignment")
-    time.sleep(1.0)
-    started = time.monotonic()
-    assert first.close(30)
-    closed_in = time.monotonic() - started
-    assert closed_in < stream_thread.CLOSE_SETTLE_S, f"a formed group's close took {closed_in:.2f} s"
-
-    second = instance("second")
-    second.start()
-    try:
-        wait_for(lambda: second.state is State.RUNNING, 60, "the next instance to get its assignment")
-    finally:
-        assert second.close(30)
-    assert first.exception is None and second.exception is None
