@@ -21,6 +21,7 @@ unless changed; ``make demo`` and the tests point the variable at their own file
 from __future__ import annotations
 
 import os
+import pkgutil
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,10 @@ def profile_row(user: str, profile: dict[str, Any]) -> dict[str, Any]:
 
 def database_url() -> str:
     """``BROOK_ORDERS_DATABASE_URL``, else ``url`` in ``apps/orders/database.yaml``."""
-    return os.environ.get(DATABASE_URL_VARIABLE) or str((load_yaml(DATABASE_FILE.read_text()) or {})["url"])
+    if os.environ.get(DATABASE_URL_VARIABLE):
+        return os.environ[DATABASE_URL_VARIABLE]
+    data = pkgutil.get_data(__package__ or "apps.orders", DATABASE_FILE.name)  # package data: also from a zip
+    return str((load_yaml(data.decode() if data else "") or {})["url"])
 
 
 def profiles_sink() -> DatabaseSink:

@@ -15,6 +15,7 @@ code location that only builds the topology needs no key.
 from __future__ import annotations
 
 import os
+import pkgutil
 from pathlib import Path
 from typing import Any
 
@@ -36,18 +37,26 @@ REJECTED_FIELDS = ("order.card_number", "order.address", "order.phone")
 """Encrypted in ``orders-rejected`` (beside ``order.card_masked``, the last four digits for people)."""
 
 
-def encryption_file() -> Path:
-    """The keyring's file: ``BROOK_ORDERS_ENCRYPTION`` or ``apps/orders/encryption.yaml``."""
-    return Path(os.environ.get("BROOK_ORDERS_ENCRYPTION") or ENCRYPTION_FILE)
+def encryption_settings() -> tuple[str, str]:
+    """Where the keyring's settings are, and their text: the file ``BROOK_ORDERS_ENCRYPTION`` names, else
+    ``apps/orders/encryption.yaml`` read as package data (so also from the zip a Spark cluster's executors run)."""
+    path = os.environ.get("BROOK_ORDERS_ENCRYPTION")
+    try:
+        if path:
+            return path, Path(path).read_text()
+        data = pkgutil.get_data(__package__ or "apps.orders", ENCRYPTION_FILE.name)
+    except OSError as exc:
+        raise ConfigError(f"the orders pipeline's encryption settings {path or ENCRYPTION_FILE}: {exc.strerror}") \
+            from None
+    if data is None:
+        raise ConfigError(f"the orders pipeline's encryption settings {ENCRYPTION_FILE} cannot be read")
+    return str(ENCRYPTION_FILE), data.decode()
 
 
 def load_encryption() -> FieldEncryption:
     """The orders pipeline's keyring (module doc); a missing file, variable or bad key is a ``ConfigError``."""
-    path = encryption_file()
-    try:
-        settings = load_yaml(path.read_text()) or {}
-    except OSError as exc:
-        raise ConfigError(f"the orders pipeline's encryption settings {path}: {exc.strerror}") from None
+    path, text = encryption_settings()
+    settings = load_yaml(text) or {}
     keys = settings.get("keys")
     if not isinstance(keys, dict) or not keys:
         raise ConfigError(f"{path}: `keys` must map key ids to ${{env:...}} or ${{file:...}} references")
