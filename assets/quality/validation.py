@@ -21,7 +21,7 @@ import orjson
 from assets.platform_spec import EXTRA_FIELDS_COLUMN, QualityRule, TopicSpec
 from assets.quality.expectations import LabelledExpectation
 from assets.quality.gx import great_expectations
-from streaming.encryption import ENCRYPTED_VALUE_PATTERN
+from streaming.encryption import is_encrypted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,7 +32,6 @@ __all__ = ["SAMPLE_ROWS", "UNDECODABLE_MARK", "ExpectationOutcome", "RuleOutcome
 #: Failing rows kept per expectation (located by partition and offset).
 SAMPLE_ROWS = 5
 LOCATION_COLUMNS = ("partition", "offset")
-_ENCRYPTED = re.compile(ENCRYPTED_VALUE_PATTERN)
 #: The value an ``absent`` column takes for an undecodable record whose raw bytes name the field.
 UNDECODABLE_MARK = "<named in an undecodable record>"
 
@@ -145,7 +144,7 @@ def in_clear(value: Any) -> Any:
                 text = orjson.loads(text)
             except orjson.JSONDecodeError:
                 return value
-        if isinstance(text, str) and _ENCRYPTED.match(text):
+        if is_encrypted(text):
             return None
     return value
 
