@@ -39,13 +39,32 @@ class SerdeError(ValueError):
 
 
 class Serde(Generic[T]):
-    """Serializer and deserializer of one type. Subclasses override both methods."""
+    """Serializer and deserializer of one type. Subclasses override both methods.
+
+    The runtime's per-record paths ask :meth:`not_none_serializer` / :meth:`not_none_deserializer` once, when they
+    are built, for the function to apply to a value that is not None, and pass None to :meth:`serialize` /
+    :meth:`deserialize` themselves. The built-in serdes return a C function there (``orjson.dumps``,
+    ``str.encode``), which saves a Python call per record; a subclass that overrides ``serialize`` or
+    ``deserialize`` gets its own method."""
 
     def serialize(self, obj: T | None) -> bytes | None:
         raise NotImplementedError
 
     def deserialize(self, data: bytes | None) -> T | None:
         raise NotImplementedError
+
+    def not_none_serializer(self) -> Callable[[T], bytes | None]:
+        """What serializes a value that is not None: :meth:`serialize`, or the same function without its frame."""
+        return self.serialize
+
+    def not_none_deserializer(self) -> Callable[[bytes], T | None]:
+        """What deserializes bytes that are not None: :meth:`deserialize`, or the same function without its frame."""
+        return self.deserialize
+
+    def _own(self, method: str, base: type[Serde[Any]], direct: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``direct`` unless this serde's class overrides ``base.<method>`` (then the override, bound)."""
+        bound = getattr(self, method)
+        return direct if getattr(type(self), method) is getattr(base, method) else bound
 
     def __repr__(self) -> str:
         # Built-ins print as their factory call (``Serdes.Long()``), which resolve_serde reads back.
@@ -62,6 +81,12 @@ class StringSerde(Serde[str]):
     def deserialize(self, data: bytes | None) -> str | None:
         return None if data is None else data.decode()
 
+    def not_none_serializer(self) -> Callable[[str], bytes | None]:
+        return self._own("serialize", StringSerde, str.encode)
+
+    def not_none_deserializer(self) -> Callable[[bytes], str | None]:
+        return self._own("deserialize", StringSerde, bytes.decode)
+
 
 class BytesSerde(Serde[bytes]):
     def serialize(self, obj: bytes | None) -> bytes | None:
@@ -76,6 +101,9 @@ class _StructSerde(Serde[Any]):
 
     def serialize(self, obj: Any) -> bytes | None:
         return None if obj is None else self._struct.pack(obj)
+
+    def not_none_serializer(self) -> Callable[[Any], bytes | None]:
+        return self._own("serialize", _StructSerde, self._struct.pack)
 
     def deserialize(self, data: bytes | None) -> Any:
         if data is None:
@@ -113,6 +141,12 @@ class JsonSerde(Serde[Any]):
 
     def deserialize(self, data: bytes | None) -> Any:
         return None if data is None else orjson.loads(data)
+
+    def not_none_serializer(self) -> Callable[[Any], bytes | None]:
+        return self._own("serialize", JsonSerde, orjson.dumps)
+
+    def not_none_deserializer(self) -> Callable[[bytes], Any]:
+        return self._own("deserialize", JsonSerde, orjson.loads)
 
 
 class FunctionSerde(Serde[Any]):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, NamedTuple
 
 
@@ -15,6 +16,10 @@ class Change(NamedTuple):
 
     new: Any
     old: Any
+
+
+#: ``changed((new, old))`` is ``Change(new, old)`` without the NamedTuple constructor's Python call (per-record paths).
+changed = partial(tuple.__new__, Change)
 
 
 # Framing of a KGroupedTable's repartition records and a suppression buffer's entries: a flag byte, then the

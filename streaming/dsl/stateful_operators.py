@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from streaming.dsl.change import Change, decode_change
+from streaming.dsl.change import Change, changed, decode_change
 from streaming.runtime.context import fan_out
 from streaming.serdes import Serde
 from streaming.topology.nodes import Emit
@@ -58,7 +58,8 @@ class StreamAggregate(_Materializing):
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         store, downstream, cached = self._connect(children, context)
-        get, put, drop = store.get_with_timestamp, store.put_with_timestamp, context.record_dropped
+        key_bytes, get, put = store.timestamped_access()
+        drop = context.record_dropped
         send_old = self.send_old_values
         initializer, function = self.initializer, self.function
 
@@ -67,15 +68,16 @@ class StreamAggregate(_Materializing):
                 if key is None or value is None:
                     drop("null key" if key is None else "null value")
                     return
-                old = get(key)
+                raw = key_bytes(key)
+                old = get(raw)
                 if old is None:
                     new = 1
                 else:
                     new = old[0] + 1
                     timestamp = max(timestamp, old[1])
-                put(key, new, timestamp, headers)
+                put(raw, new, timestamp, headers)
                 if not cached:
-                    downstream(key, Change(new, old[0] if send_old and old is not None else None), timestamp,
+                    downstream(key, changed((new, old[0] if send_old and old is not None else None)), timestamp,
                                headers)
             return count
 
@@ -84,15 +86,16 @@ class StreamAggregate(_Materializing):
                 if key is None or value is None:
                     drop("null key" if key is None else "null value")
                     return
-                old = get(key)
+                raw = key_bytes(key)
+                old = get(raw)
                 if old is None:
                     new = value
                 else:
                     new = function(old[0], value)  # type: ignore[misc]
                     timestamp = max(timestamp, old[1])
-                put(key, new, timestamp, headers)
+                put(raw, new, timestamp, headers)
                 if not cached and (new is not None or old is not None):
-                    downstream(key, Change(new, old[0] if send_old and old is not None else None), timestamp,
+                    downstream(key, changed((new, old[0] if send_old and old is not None else None)), timestamp,
                                headers)
             return reduce
 
@@ -100,15 +103,17 @@ class StreamAggregate(_Materializing):
             if key is None or value is None:
                 drop("null key" if key is None else "null value")
                 return
-            old = get(key)
+            raw = key_bytes(key)
+            old = get(raw)
             if old is None:
                 new = function(key, value, initializer())  # type: ignore[misc]
             else:
                 new = function(key, value, old[0])  # type: ignore[misc]
                 timestamp = max(timestamp, old[1])
-            put(key, new, timestamp, headers)
+            put(raw, new, timestamp, headers)
             if not cached and (new is not None or old is not None):
-                downstream(key, Change(new, old[0] if send_old and old is not None else None), timestamp, headers)
+                downstream(key, changed((new, old[0] if send_old and old is not None else None)), timestamp,
+                           headers)
         return aggregate
 
 

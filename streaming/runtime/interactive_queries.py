@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from typing import Any
 
 from streaming.config import StreamsConfig
 from streaming.errors import InvalidStateStoreError, StreamsError, UnknownStateStoreError
+from streaming.runtime.membership import LiveWorker, announced_alive
 from streaming.runtime.partitioning import partition_for_key
 from streaming.runtime.query_metadata import (
     Assignment,
@@ -303,13 +305,12 @@ class InteractiveQueries:
 
     # -- life cycle -------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Create the metadata topic and start announcing this instance; with ``application.server`` also follow
-        the other instances' announcements (so the first ``metadata_for_key`` finds them fetched)."""
+        """Create the metadata topic, start announcing this instance and follow the other instances'
+        announcements (so the first ``metadata_for_key``, and a stopping stream thread asking
+        :meth:`other_live_instances`, find them fetched)."""
         topic = create_metadata_topic(self._config.application_id, self._config.admin_config())
         self._publisher = AssignmentPublisher(self._config.producer_config(), topic, self.identity, self.assignment)
         self._publisher.start()
-        if self.host is None:
-            return
         try:
             with self._reader_lock:
                 self._reader = AssignmentReader(self._config.consumer_config(), topic)
@@ -426,9 +427,17 @@ class InteractiveQueries:
             if self._closed:
                 raise StreamsError("interactive queries: KafkaStreams is closed")
             if self._reader is None:
-                raise StreamsError("interactive queries: metadata needs 'application.server' and a started instance")
+                raise StreamsError("interactive queries: metadata needs a started instance")
             reader = self._reader
         return reader.announcements()
+
+    def other_live_instances(self) -> list[LiveWorker]:
+        """The other instances of this application that count as alive by their announcements
+        (:func:`~streaming.runtime.membership.announced_alive`: no tombstone, announced within the last minute).
+        Raises :class:`StreamsError` when the metadata topic cannot be read."""
+        others = {host: announcement for host, announcement in self._announcements().items()
+                  if host != self.identity.key}
+        return announced_alive(others, int(time.time() * 1000))
 
     def metadata_for_key(self, name: str, key: Any, key_serde: Serde[Any] | None = None,
                          partitioner: Partitioner | None = None) -> KeyQueryMetadata:

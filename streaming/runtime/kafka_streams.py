@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from confluent_kafka import KafkaException
 from prometheus_client import CollectorRegistry
 
 from streaming.bootstrap import with_bootstrap
@@ -196,7 +197,7 @@ class KafkaStreams:
                                                   self.config, self._on_thread_state, self._restore_listener,
                                                   counts, directory=directory, hosts_standbys=i == 0,
                                                   snapshots=self._snapshots, index=i + 1,
-                                                  process_id=self.process_id))
+                                                  process_id=self.process_id, alone_in_group=self._alone_in_group))
         except BaseException:
             self._abort_start()
             raise
@@ -436,6 +437,19 @@ class KafkaStreams:
             raise
         self._iq_server = server
         self._iq = iq
+
+    def _alone_in_group(self) -> bool:
+        """Whether this instance's one stream thread is the only member of the group: no other thread, and no
+        other instance alive by the announcements (False when they cannot be read: the stream thread then
+        settles before it leaves, :meth:`StreamThread._finish_join`)."""
+        if self.config["num.stream.threads"] != 1 or self._iq is None:
+            return False
+        try:
+            others = self._iq.other_live_instances()
+        except (StreamsError, KafkaException) as exc:  # the metadata topic unreadable: assume company
+            log.debug("cannot tell whether other instances run: %s", exc)
+            return False
+        return not others
 
     def _stop_interactive_queries(self) -> None:
         """Stop answering HTTP, then announce this host's departure (tombstone)."""

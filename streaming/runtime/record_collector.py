@@ -88,7 +88,9 @@ class KafkaRecordCollector:
         self.errors = fail_always()  # the stream thread sets its handlers (they write through this collector)
         self._always_fail = always_fail
         self.producer = make_producer(self._on_delivery)
-        self._produce = self.producer.produce
+        #: The producer's ``produce`` (confluent-kafka's, or the transactional producer's), replaced when the producer
+        #: is renewed: a task's sink calls it directly, and hands what it raises to :meth:`send_failed`.
+        self.produce = self.producer.produce
         self._inputs_of: Callable[[str], str] = lambda topic: ""
         self._metadata_client = metadata_client
         self._partition_counts: dict[str, int] = {}
@@ -113,19 +115,28 @@ class KafkaRecordCollector:
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
              partition: int = UNASSIGNED) -> None:
-        # Keywords, not positions: confluent-kafka's produce() takes (topic, value, key, partition,
-        # callback, on_delivery, timestamp, ...), so a sixth positional argument is NOT the timestamp.
+        # All by position: confluent-kafka's produce() takes (topic, value, key, partition, callback, on_delivery,
+        # timestamp, headers), so the timestamp is the SEVENTH (None callbacks: the producer's on_delivery). Passing
+        # it by keyword costs ~0.3 us more per call (measured: 0.87 against 0.57 us), the keyword parsing.
         try:
             if headers is None:
-                self._produce(topic, value, key, partition, timestamp=timestamp)
+                self.produce(topic, value, key, partition, None, None, timestamp)
             else:
-                self._produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
-        except BufferError:
+                self.produce(topic, value, key, partition, None, None, timestamp, headers)
+        except Exception as exc:  # noqa: BLE001 - send_failed raises all but a full queue
+            self.send_failed(exc, topic, key, value, timestamp, headers, partition)
+
+    def send_failed(self, exc: Exception, topic: str, key: bytes | None, value: bytes | None, timestamp: int,
+                    headers: Any, partition: int) -> None:
+        """``produce()`` of this record raised ``exc``: a full queue is waited out and the record sent (then this
+        returns); an exactly-once transaction's failure is raised as it is; anything else raises the
+        :class:`ProductionError` (or fatal producer error) :meth:`send` would."""
+        if isinstance(exc, BufferError):
             self._send_when_room(topic, key, value, timestamp, headers, partition)
-        except (TaskMigratedError, TaskCorruptedError):  # exactly-once: the transaction failed, not this record
-            raise
-        except Exception as exc:
-            raise self._send_failure(exc, topic, partition) from exc
+            return
+        if isinstance(exc, (TaskMigratedError, TaskCorruptedError)):  # the transaction failed, not this record
+            raise exc
+        raise self._send_failure(exc, topic, partition) from exc
 
     @staticmethod
     def _send_failure(exc: Exception, topic: str, partition: int) -> StreamsError:
@@ -151,7 +162,7 @@ class KafkaRecordCollector:
             while True:
                 self.producer.poll(QUEUE_FULL_POLL_S)
                 try:
-                    self._produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
+                    self.produce(topic, value, key, partition, None, None, timestamp, headers)
                     return
                 except BufferError:
                     continue
@@ -223,7 +234,7 @@ class KafkaRecordCollector:
     def renew_producer(self) -> None:
         """Replace a producer that can send nothing more (fenced, or failed fatally) with a new one."""
         self.producer.renew()
-        self._produce = self.producer.produce
+        self.produce = self.producer.produce
 
     def discard_failures(self) -> None:
         """Forget failed deliveries not handled yet: their transaction was aborted (exactly-once), and the

@@ -37,8 +37,8 @@ log = logging.getLogger(__name__)
 
 
 WAITING_LOG_S = 5.0
-#: A stopping thread polls this long before it leaves its group, and while it waits for an assignment at
-#: most :data:`CLOSE_JOIN_WAIT_S` more (see :meth:`StreamThread._finish_join`).
+#: A stopping thread that is not alone in its group polls this long before it leaves, and while it waits for an
+#: assignment at most :data:`CLOSE_JOIN_WAIT_S` more (see :meth:`StreamThread._finish_join`).
 CLOSE_SETTLE_S = 1.0
 CLOSE_JOIN_WAIT_S = 10.0
 LAG_INTERVAL_MS = 1000  # how often the loop refreshes the lag per input partition (for /metrics)
@@ -72,10 +72,12 @@ class StreamThread(threading.Thread):
                  restore_listener: StateRestoreListener | None = None,
                  partition_counts: dict[str, int] | None = None, directory: StateDirectory | None = None,
                  hosts_standbys: bool = True, snapshots: SnapshotSource | None = None, index: int = 1,
-                 *, process_id: str) -> None:
+                 *, process_id: str, alone_in_group: Callable[[], bool] = lambda: False) -> None:
         super().__init__(name=name, daemon=True)
         self.config = config
         self._on_state = on_state
+        self._alone_in_group = alone_in_group  # asked when stopping: may it leave without settling?
+        self.settled_before_leaving: bool | None = None  # how the thread left its group (None: not yet)
         self._stopping = threading.Event()
         self._clean_shutdown = True
         self.exception: BaseException | None = None
@@ -376,7 +378,16 @@ class StreamThread(threading.Thread):
 
         The settle is needed in a formed group too: when all its workers stop at once, the first to leave starts a
         rebalance, and one that left without settling would leave that rebalance's group leaderless (tried: the
-        demo's fresh instance then waited for its assignment for minutes)."""
+        demo's fresh instance then waited for its assignment for minutes). It is skipped only when this thread
+        holds an assignment and ``alone_in_group()`` says no other member exists (one stream thread, and no other
+        instance of the application alive by its announcements on ``<application.id>-metadata``): then no
+        rebalance can be under way, and the close takes milliseconds. An instance that starts in the few
+        milliseconds between its join and its first announcement is not seen; it joins the group this thread
+        leaves, which is the case the settle cannot cover either (a join after the settle)."""
+        if self._waiting_since is None and self._alone_in_group():
+            self.settled_before_leaving = False
+            return
+        self.settled_before_leaving = True
         settle = time.monotonic() + CLOSE_SETTLE_S
         while self._waiting_since is None and time.monotonic() < settle:
             self.consumer.poll(0.1)

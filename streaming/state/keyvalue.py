@@ -4,7 +4,8 @@ timestamped."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 from streaming.serdes import Serde
@@ -112,6 +113,25 @@ class TimestampedTypedKeyValueStore(TimestampedValues, TypedKeyValueStore, Times
     def put_with_timestamp(self, key: Any, value: Any, timestamp: int, headers: Any = None) -> None:
         self._store.put(self._key(key), None if value is None else TIMESTAMP.pack(timestamp) + self._vser(value),
                         timestamp, headers)
+
+    def timestamped_access(self) -> tuple[Callable[[Any], bytes], Callable[[bytes], ValueAndTimestamp | None],
+                                          Callable[[bytes, Any, int, Any], None]]:
+        """For the DSL's per-record paths, after :meth:`init`: ``key_bytes(key)`` (a key that is not None),
+        ``get_at(key bytes)`` and ``put_at(key bytes, value, timestamp, headers)`` do what :meth:`get_with_timestamp`
+        and :meth:`put_with_timestamp` do, with the key serialized once for both, and reads going straight to the
+        layer under the change-logging one (which only passes them on)."""
+        read = self._logging.wrapped.get if self._store is self._logging and self._logging else self._store.get
+        write, vser, vde = self._store.put, self._vser, self._vde
+        pack, unpack = TIMESTAMP.pack, TIMESTAMP.unpack_from
+        value_and_timestamp = partial(tuple.__new__, ValueAndTimestamp)
+
+        def get_at(raw: bytes) -> ValueAndTimestamp | None:
+            data = read(raw)
+            return None if data is None else value_and_timestamp((vde(data[8:]), unpack(data)[0]))
+
+        def put_at(raw: bytes, value: Any, timestamp: int, headers: Any) -> None:
+            write(raw, None if value is None else pack(timestamp) + vser(value), timestamp, headers)
+        return self._kser, get_at, put_at
 
     def __repr__(self) -> str:
         return f"<TimestampedKeyValueStore {self.name!r} over {type(self.inner).__name__}>"

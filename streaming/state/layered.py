@@ -60,8 +60,11 @@ class LayeredStore(StateStore):
     def init(self, context: StoreContext) -> None:
         key_serde = self._key_serde or context.default_key_serde
         value_serde = self._value_serde or context.default_value_serde
-        self._kser, self._kde = key_serde.serialize, key_serde.deserialize
-        self._vser, self._vde = value_serde.serialize, value_serde.deserialize
+        # Every use passes a key or value that is not None (None is handled around them), so the serdes' functions
+        # for those (a C function for the built-in serdes: one Python call fewer per use) do what serialize and
+        # deserialize would.
+        self._kser, self._kde = key_serde.not_none_serializer(), key_serde.not_none_deserializer()
+        self._vser, self._vde = value_serde.not_none_serializer(), value_serde.not_none_deserializer()
         self._timestamp = context.timestamp
         self.inner.open(context.store_dir)
         store: BytesStore = self.inner

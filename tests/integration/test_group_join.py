@@ -1,5 +1,6 @@
 """Group joins on the embedded broker: a worker stopped during its first join (the README tour's
-``app.start(); ...; app.close()``) must not leave the next worker with the same application.id waiting.
+``app.start(); ...; app.close()``), or stopped together with the group's other workers, must not leave the next
+worker with the same application.id waiting; a worker alone in its group leaves at once.
 
 Tansu 0.6.0 keeps a member that leaves a group before it has formed as the group's leader, so every later
 member's SyncGroup answers REBALANCE_IN_PROGRESS for many minutes (docs/broker-limits.md). A stopping stream
@@ -9,6 +10,7 @@ thread therefore finishes its join before it leaves (``StreamThread._finish_join
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -59,3 +61,37 @@ def test_an_instance_closed_during_its_first_join_does_not_block_the_next(
     assert first.exception is None and second.exception is None
     if waited > WAITING_LOG_S + 1:  # it waited: it said so while waiting
         assert "waits for its partition assignment" in caplog.text
+
+
+def test_an_instance_alone_in_its_group_leaves_without_settling(bootstrap: str, unique_name: str,
+                                                                tmp_path: Path) -> None:
+    instance = pass_through(bootstrap, unique_name, tmp_path)
+    alone = instance("alone")
+    alone.start()
+    try:
+        wait_for(lambda: alone.state is State.RUNNING, 60, "the instance to get its assignment")
+    finally:
+        assert alone.close(30)
+    assert [thread.settled_before_leaving for thread in alone._threads] == [False]
+    assert alone.exception is None
+
+
+def test_instances_stopped_together_both_settle_before_they_leave(bootstrap: str, unique_name: str,
+                                                                 tmp_path: Path) -> None:
+    """The demo's stop: both workers of a formed group close at once. Each sees the other's announcement, so each
+    settles before it leaves (one that did not left the next rebalance's group leaderless on the embedded broker)."""
+    instance = pass_through(bootstrap, unique_name, tmp_path)
+    pair = [instance("one"), instance("two")]
+    for app in pair:
+        app.start()
+    try:
+        wait_for(lambda: all(app.state is State.RUNNING for app in pair), 90, "both instances to run")
+        time.sleep(1.0)  # each has announced its assignment
+    finally:
+        closers = [threading.Thread(target=app.close, args=(30,)) for app in pair]
+        for closer in closers:
+            closer.start()
+        for closer in closers:
+            closer.join(60)
+    assert [thread.settled_before_leaving for app in pair for thread in app._threads] == [True, True]
+    assert all(app.exception is None for app in pair)

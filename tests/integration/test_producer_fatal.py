@@ -90,7 +90,7 @@ def test_a_fatal_producer_error_renews_the_producer_and_reprocesses_from_the_las
                  "the fatal error, then all 400 records committed")
         assert app.state is not State.ERROR, app.exception
         assert at_least_once.producer is not failing, "the failed producer was not replaced"
-        assert collector._produce == at_least_once.producer.produce
+        assert collector.produce == at_least_once.producer.produce
     finally:
         app.close(30)
 

@@ -207,9 +207,10 @@ class RejectingProducer:
         self.accepted: list[Message] = []
 
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1,
-                **kwargs: Any) -> None:
+                callback: Any = None, on_delivery: Any = None, timestamp: int = 0, headers: Any = None) -> None:
+        """confluent-kafka's signature (the runtime passes everything by position)."""
         self._in_flight.append(Message(topic=topic, partition=max(partition, 0), key=key, value=value,
-                                       headers=kwargs.get("headers")))
+                                       headers=headers))
 
     def poll(self, timeout: float = 0) -> int:
         served, self._in_flight = self._in_flight, []

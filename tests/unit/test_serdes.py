@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from streaming import Serde, Serdes
-from streaming.serdes import resolve_serde
+from streaming.serdes import JsonSerde, StringSerde, resolve_serde
 
 # A module-level serde for resolve_serde("module:attr").
 UPPER = Serdes.from_functions(lambda s: s.upper().encode(), lambda b: b.decode().lower())
@@ -150,3 +150,35 @@ def test_repr_of_a_user_serde_names_its_class() -> None:
         pass
 
     assert repr(Mine()).endswith("Mine()") and not repr(Mine()).startswith("Serdes.")
+
+
+@pytest.mark.parametrize(("serde", "values"), [
+    (Serdes.String(), ["", "key-1", "ünïcode"]),
+    (Serdes.Json(), [{"a": 1, "b": [1.5, None]}, [], 0, "s", False]),
+    (Serdes.Long(), [0, -1, 2**62]),
+    (Serdes.Integer(), [0, -(2**31)]),
+    (Serdes.Double(), [0.0, -1.5]),
+    (Serdes.Bytes(), [b"", b"\x00\xff"]),
+])
+def test_the_functions_for_values_that_are_not_none_do_what_serialize_and_deserialize_do(serde: Any,
+                                                                                         values: list[Any]) -> None:
+    to_bytes, from_bytes = serde.not_none_serializer(), serde.not_none_deserializer()
+    for value in values:
+        data = serde.serialize(value)
+        assert to_bytes(value) == data
+        assert from_bytes(data) == serde.deserialize(data) == value
+
+
+def test_a_serde_that_overrides_serialize_or_deserialize_is_called_for_values_that_are_not_none() -> None:
+    class Upper(StringSerde):
+        def serialize(self, obj: str | None) -> bytes | None:
+            return None if obj is None else obj.upper().encode()
+
+    class Quoted(JsonSerde):
+        def deserialize(self, data: bytes | None) -> Any:
+            return None if data is None else f"<{data.decode()}>"
+
+    assert Upper().not_none_serializer()("ab") == b"AB"
+    assert Upper().not_none_deserializer()(b"ab") == "ab"  # not overridden: the built-in function
+    assert Quoted().not_none_deserializer()(b"1") == "<1>"
+    assert Quoted().not_none_serializer()({"a": 1}) == b'{"a":1}'
