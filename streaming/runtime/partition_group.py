@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -92,6 +93,11 @@ class PartitionGroup:
         if known is None:
             known = self._caught_up[tp] = caught_up(tp)
         return known
+
+    def lowest_head_besides(self, chosen: RecordQueue) -> float:
+        """The lowest head timestamp of the queues other than ``chosen`` (infinity when they are all empty)."""
+        return min((queue.records[0][0] for queue in self.queues.values() if queue is not chosen and queue.records),
+                   default=math.inf)
 
     def pop(self, queue: RecordQueue) -> Buffered:
         self.buffered -= 1

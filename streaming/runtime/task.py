@@ -439,60 +439,75 @@ class StreamTask:
         first = messages[0]
         tp = (first.topic(), first.partition())
         source = self._sources[tp[0]]
+        key_of_bytes, key_of_null, value_of_bytes, value_of_null, extractor = (
+            source.key_of_bytes, source.key_of_null, source.value_of_bytes, source.value_of_null, source.extractor)
         queue = self.group.queues[tp]  # type: ignore[union-attr]
         partition_time = queue.partition_time
         buffered: list[Buffered] = []
+        append = buffered.append
         for message in messages:
             try:
                 try:
                     key = message.key()
-                    key = source.key_of_bytes(key) if key is not None else source.key_of_null(key)
+                    key = key_of_bytes(key) if key is not None else key_of_null(key)
                     value = message.value()
-                    value = source.value_of_bytes(value) if value is not None else source.value_of_null(value)
+                    value = value_of_bytes(value) if value is not None else value_of_null(value)
                 except Exception as exc:
                     raise self._deserialization_error(message, exc) from exc
-                if source.extractor is None:
+                if extractor is None:
                     timestamp = message.timestamp()[1]
                     if timestamp < 0:
                         raise self._invalid_timestamp(message, timestamp)
                 else:
-                    timestamp = self._extract(source.extractor, key, value, message, partition_time)
+                    timestamp = self._extract(extractor, key, value, message, partition_time)
             except DeserializationError as error:
                 self._errors.handle(ErrorContext.of_message(DESERIALIZATION, self.id, message), error)
                 self._skip_unbuffered(tp, message.offset(), queue, buffered)
                 continue
             partition_time = max(partition_time, timestamp)
-            buffered.append((timestamp, key, value, message))
+            append((timestamp, key, value, message))
         queue.partition_time = partition_time
         self.group.add(tp, buffered)  # type: ignore[union-attr]
 
     def process_buffered(self, max_records: int, caught_up: Callable[[TopicPartition], bool] | None = None) -> int:
         """Process up to ``max_records`` buffered records, lowest timestamp first. Returns how many.
-        ``caught_up(tp)``: whether an empty partition has nothing more to fetch (see PartitionGroup)."""
+        ``caught_up(tp)``: whether an empty partition has nothing more to fetch (see PartitionGroup).
+
+        The queue :meth:`PartitionGroup.next_queue` chooses gives a run of records: its head, then the records after
+        it while each is strictly below the lowest head of the other queues (a tie goes back to ``next_queue``).
+        Nothing else changes while the run is processed (no records arrive, the time is the same), so this is the
+        order choosing per record gives, without choosing per record."""
         group = self.group
         if group is None or not group.buffered:
             return 0
         done = 0
         now = self.clock()
         message = None
+        consumed = self.consumed
         while True:
             try:
                 while done < max_records:
                     queue = group.next_queue(now, caught_up)
                     if queue is None:
                         break
-                    timestamp, key, value, message = group.pop(queue)
-                    self.current = message
-                    queue.processed_time = max(queue.processed_time, timestamp)
-                    self.stream_time = max(self.stream_time, timestamp)
-                    self.current_timestamp = timestamp
-                    self._sources[queue.topic].emit(key, value, timestamp, message.headers())
-                    self.consumed[(queue.topic, queue.partition)] = message.offset() + 1
-                    done += 1
+                    records, limit = queue.records, group.lowest_head_besides(queue)
+                    emit, tp = self._sources[queue.topic].emit, (queue.topic, queue.partition)
+                    while True:
+                        timestamp, key, value, message = records.popleft()
+                        group.buffered -= 1
+                        self.current = message
+                        queue.processed_time = max(queue.processed_time, timestamp)
+                        self.stream_time = max(self.stream_time, timestamp)
+                        self.current_timestamp = timestamp
+                        emit(key, value, timestamp, message.headers())
+                        consumed[tp] = message.offset() + 1
+                        done += 1
+                        if not records or done >= max_records or records[0][0] >= limit:
+                            break
                 break
             except Exception as exc:
                 self._record_failed(message, exc)  # returns when the handler skips the record
-                self.consumed[(message.topic(), message.partition())] = message.offset() + 1
+                consumed[(message.topic(), message.partition())] = message.offset() + 1
                 done += 1
             finally:
                 self.current = None

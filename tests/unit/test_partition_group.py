@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
+
+from streaming import Serdes, StreamsBuilder
+from streaming.config import StreamsConfig
+from streaming.runtime.memory_collector import MemoryRecordCollector
 from streaming.runtime.partition_group import PartitionGroup
+from streaming.runtime.task import StreamTask
 
 STREAM, TABLE = ("orders", 0), ("users", 0)
 
@@ -56,3 +66,51 @@ def test_without_lag_information_an_empty_partition_counts_as_caught_up() -> Non
     group = group_with_a_stream_record(1_000)
     assert group.next_queue(0) is None
     assert group.next_queue(1_000) is group.queues[STREAM]
+
+
+def test_a_task_processes_buffered_runs_in_the_order_choosing_per_record_gives(tmp_path: Path) -> None:
+    """Three partitions buffered in batches with random timestamps (ties and out-of-order included), processed in
+    chunks of random size: the order is a model's, which takes the lowest head timestamp, a tie going to the
+    partition listed first, one record at a time (``PartitionGroup.next_queue``; Kafka Streams' PartitionGroup)."""
+    rng = random.Random(7)
+    topics = ["a", "b", "c"]
+    seen: list[tuple[str, int]] = []
+
+    class Record:
+        def init(self, context: Any) -> None:
+            self.context = context
+
+        def process(self, record: Any) -> None:
+            seen.append((self.context.topic, self.context.offset))
+
+    builder = StreamsBuilder()
+    builder.stream(topics, key_serde=Serdes.String(), value_serde=Serdes.String()).process(Record)
+    topology = builder.build().bind("order")
+    config = StreamsConfig({"application.id": "order", "state.dir": str(tmp_path)}, require_bootstrap=False)
+    [sub] = topology.subtopologies()
+    task = StreamTask(sub, 0, topology, config, MemoryRecordCollector(), lambda: 0)
+    task.open_stores()
+    task.initialize_topology()
+    queues: dict[str, list[tuple[int, int]]] = {topic: [] for topic in topics}  # the model: (timestamp, offset)
+    offsets = dict.fromkeys(topics, 0)
+    expected: list[tuple[str, int]] = []
+    for _ in range(30):
+        topic = rng.choice(topics)
+        batch = []
+        for _ in range(rng.randint(1, 40)):
+            timestamp = rng.randint(0, 60)
+            batch.append(Message(topic=topic, partition=0, offset=offsets[topic], key=b"k", value=b"v",
+                                 timestamp=(TIMESTAMP_CREATE_TIME, timestamp)))
+            queues[topic].append((timestamp, offsets[topic]))
+            offsets[topic] += 1
+        task.add_messages(batch)
+        budget = rng.randint(1, 50)
+        task.process_buffered(budget, lambda tp: True)
+        for _ in range(budget):
+            heads = [(queues[t][0][0], index, t) for index, (t, _) in enumerate(task.group.queues) if queues[t]]
+            if not heads:
+                break
+            _, _, topic_of = min(heads)
+            expected.append((topic_of, queues[topic_of].pop(0)[1]))
+    assert seen == expected
+    task.close()
