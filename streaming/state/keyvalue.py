@@ -4,7 +4,7 @@ timestamped."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from streaming.serdes import Serde
@@ -32,6 +32,25 @@ class TypedKeyValueStore(LayeredStore, KeyValueStore[Any, Any]):
     # -- reads ------------------------------------------------------------------------------------------------
     def get(self, key: Any) -> Any:
         return self._value_of(self._store.get(self._key(key)))
+
+    def value_lookup(self, absent: Any = None) -> Callable[[Any], Any]:
+        """:meth:`get` as one function, for a processor's per-record reads (a join's table lookups): the value of
+        ``key``, or ``absent`` when the store has none. Build it after :meth:`init` (it keeps the layers of then);
+        like ``get``, it refuses a None key."""
+        read, serialize, deserialize, name = self._store.get, self._kser, self._vde, self.name
+
+        def lookup(key: Any) -> Any:
+            if key is None:
+                raise ValueError(f"store {name!r}: keys may not be None")
+            data = read(serialize(key))
+            return absent if data is None else deserialize(data)
+
+        def lookup_timestamped(key: Any) -> Any:  # the stored value after its 8-byte timestamp
+            if key is None:
+                raise ValueError(f"store {name!r}: keys may not be None")
+            data = read(serialize(key))
+            return absent if data is None else deserialize(data[8:])
+        return lookup_timestamped if self.timestamped else lookup
 
     # -- writes -----------------------------------------------------------------------------------------------
     def put(self, key: Any, value: Any) -> None:
