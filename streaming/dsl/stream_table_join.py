@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from streaming.dsl.functions import joiner_takes_key
 from streaming.dsl.repartition import add_repartition
-from streaming.dsl.value_getters import Joiner, ValueGetter
+from streaming.dsl.value_getters import ABSENT, Joiner, ValueGetter
 from streaming.errors import TopologyError
 from streaming.runtime.context import fan_out
 from streaming.serdes import Serde
@@ -44,14 +44,15 @@ class StreamTableJoin:
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         downstream, joiner, drop = fan_out(list(children.values())), self.joiner, context.record_dropped
-        get, with_key = self.getter.compile(context), joiner_takes_key(self.joiner)
+        lookup, with_key = self.getter.compile_value(context), joiner_takes_key(self.joiner)
         if self.left:
             def left_join(key: Any, value: Any, timestamp: int, headers: Any) -> None:
                 if value is None:
                     drop("null value in a stream-table left join")
                     return
-                found = None if key is None else get(key)
-                other = None if found is None else found[0]
+                other = None if key is None else lookup(key)
+                if other is ABSENT:
+                    other = None
                 downstream(key, joiner(key, value, other) if with_key else joiner(value, other), timestamp, headers)
             return left_join
 
@@ -59,10 +60,9 @@ class StreamTableJoin:
             if key is None or value is None:
                 drop(f"null {'key' if key is None else 'value'} in a stream-table join")
                 return
-            found = get(key)
-            if found is not None:
-                downstream(key, joiner(key, value, found[0]) if with_key else joiner(value, found[0]), timestamp,
-                           headers)
+            other = lookup(key)
+            if other is not ABSENT:
+                downstream(key, joiner(key, value, other) if with_key else joiner(value, other), timestamp, headers)
         return join
 
 
@@ -82,7 +82,7 @@ class StreamGlobalTableJoin:
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         downstream, joiner, drop = fan_out(list(children.values())), self.joiner, context.record_dropped
-        get, key_mapper, left = context.get_state_store(self.store_name).get, self.key_mapper, self.left
+        get, key_mapper, left = context.get_state_store(self.store_name).value_lookup(), self.key_mapper, self.left
         with_key = joiner_takes_key(joiner)
 
         def global_join(key: Any, value: Any, timestamp: int, headers: Any) -> None:

@@ -7,7 +7,9 @@ Kafka Streams does, so ``users.filter(...)`` joins like a table of the filtered 
 store. A getter names the stores it reads (``store_names``); the node that uses it connects to them,
 which puts it in the same sub-topology (and so the same tasks) as the table.
 
-``compile(context)`` returns ``get(key) -> ValueAndTimestamp | None`` for one task.
+``compile(context)`` returns ``get(key) -> ValueAndTimestamp | None`` for one task; ``compile_value(context)``
+returns ``lookup(key)``, the value alone or :data:`ABSENT` (for a stream-table join, which needs no timestamp:
+no ValueAndTimestamp is made per record).
 """
 
 from __future__ import annotations
@@ -18,8 +20,21 @@ from typing import Any, Protocol
 from streaming.state.api import ValueAndTimestamp
 
 Get = Callable[[Any], "ValueAndTimestamp | None"]
+Lookup = Callable[[Any], Any]  # the value of a key, or ABSENT
 Joiner = Callable[..., Any]  # (left, right) or (key, left, right), see streaming.dsl.functions.joiner_takes_key
 KeyedJoiner = Callable[[Any, Any, Any], Any]  # (key, left, right)
+
+
+class _Absent:
+    """What a :data:`Lookup` returns for a key the table does not have (a value may itself be None)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
 
 
 class ValueGetter(Protocol):
@@ -28,6 +43,8 @@ class ValueGetter(Protocol):
     store_names: tuple[str, ...]
 
     def compile(self, context: Any) -> Get: ...
+
+    def compile_value(self, context: Any) -> Lookup: ...
 
 
 class StoreValueGetter:
@@ -39,6 +56,9 @@ class StoreValueGetter:
 
     def compile(self, context: Any) -> Get:
         return context.get_state_store(self.store_name).get_with_timestamp  # type: ignore[no-any-return]
+
+    def compile_value(self, context: Any) -> Lookup:
+        return context.get_state_store(self.store_name).value_lookup(ABSENT)  # type: ignore[no-any-return]
 
 
 class FilterValueGetter:
@@ -60,6 +80,16 @@ class FilterValueGetter:
             return found
         return get_filtered
 
+    def compile_value(self, context: Any) -> Lookup:
+        lookup, predicate, negate = self.parent.compile_value(context), self.predicate, self.negate
+
+        def lookup_filtered(key: Any) -> Any:
+            value = lookup(key)
+            if value is ABSENT or bool(predicate(key, value)) is negate:
+                return ABSENT
+            return value
+        return lookup_filtered
+
 
 class MapValuesValueGetter:
     """``KTable.map_values``: the parent's value mapped, with the parent's timestamp."""
@@ -79,6 +109,16 @@ class MapValuesValueGetter:
                 return None
             return ValueAndTimestamp(mapper(key, found[0]) if with_key else mapper(found[0]), found[1])
         return get_mapped
+
+    def compile_value(self, context: Any) -> Lookup:
+        lookup, mapper, with_key = self.parent.compile_value(context), self.mapper, self.with_key
+
+        def lookup_mapped(key: Any) -> Any:
+            value = lookup(key)
+            if value is ABSENT:
+                return ABSENT
+            return mapper(key, value) if with_key else mapper(value)
+        return lookup_mapped
 
 
 class JoinValueGetter:
@@ -109,3 +149,11 @@ class JoinValueGetter:
                 return ValueAndTimestamp(joiner(key, left[0], None), left[1])
             return ValueAndTimestamp(joiner(key, left[0], right[0]), max(left[1], right[1]))
         return get_joined
+
+    def compile_value(self, context: Any) -> Lookup:
+        get = self.compile(context)
+
+        def lookup_joined(key: Any) -> Any:
+            found = get(key)
+            return ABSENT if found is None else found[0]
+        return lookup_joined

@@ -34,6 +34,31 @@ class TypedKeyValueStore(LayeredStore, KeyValueStore[Any, Any]):
     def get(self, key: Any) -> Any:
         return self._value_of(self._store.get(self._key(key)))
 
+    def value_lookup(self, absent: Any = None) -> Callable[[Any], Any]:
+        """:meth:`get` as one function, for a processor's per-record reads (a join's table lookups): the value of
+        ``key``, or ``absent`` when the store has none. Build it after :meth:`init` (it keeps the layers of then);
+        like ``get``, it refuses a None key."""
+        read, serialize, deserialize, name = self._reads(), self._kser, self._vde, self.name
+
+        def lookup(key: Any) -> Any:
+            if key is None:
+                raise ValueError(f"store {name!r}: keys may not be None")
+            data = read(serialize(key))
+            return absent if data is None else deserialize(data)
+
+        def lookup_timestamped(key: Any) -> Any:  # the stored value after its 8-byte timestamp
+            if key is None:
+                raise ValueError(f"store {name!r}: keys may not be None")
+            data = read(serialize(key))
+            return absent if data is None else deserialize(data[8:])
+        return lookup_timestamped if self.timestamped else lookup
+
+    def _reads(self) -> Callable[[bytes], bytes | None]:
+        """The top layer's ``get``, or, when the top layer is the change-logging one (which only passes reads on),
+        the ``get`` of the layer under it: one Python call fewer per read."""
+        logging = self._logging
+        return logging.wrapped.get if logging is not None and self._store is logging else self._store.get
+
     # -- writes -----------------------------------------------------------------------------------------------
     def put(self, key: Any, value: Any) -> None:
         timestamp = self._timestamp()
@@ -118,9 +143,8 @@ class TimestampedTypedKeyValueStore(TimestampedValues, TypedKeyValueStore, Times
                                           Callable[[bytes, Any, int, Any], None]]:
         """For the DSL's per-record paths, after :meth:`init`: ``key_bytes(key)`` (a key that is not None),
         ``get_at(key bytes)`` and ``put_at(key bytes, value, timestamp, headers)`` do what :meth:`get_with_timestamp`
-        and :meth:`put_with_timestamp` do, with the key serialized once for both, and reads going straight to the
-        layer under the change-logging one (which only passes them on)."""
-        read = self._logging.wrapped.get if self._store is self._logging and self._logging else self._store.get
+        and :meth:`put_with_timestamp` do, with the key serialized once for both (reads: :meth:`_reads`)."""
+        read = self._reads()
         write, vser, vde = self._store.put, self._vser, self._vde
         pack, unpack = TIMESTAMP.pack, TIMESTAMP.unpack_from
         value_and_timestamp = partial(tuple.__new__, ValueAndTimestamp)

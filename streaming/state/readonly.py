@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from streaming.errors import StreamsError
 from streaming.state.api import KeyValueStore, TimestampedKeyValueStore
+from streaming.state.keyvalue import TypedKeyValueStore
 
 
 class ReadOnlyKeyValueStore(KeyValueStore[Any, Any]):
@@ -16,7 +17,7 @@ class ReadOnlyKeyValueStore(KeyValueStore[Any, Any]):
     driver); to change one, produce to that topic.
     """
 
-    def __init__(self, store: KeyValueStore[Any, Any], topic: str) -> None:
+    def __init__(self, store: TypedKeyValueStore, topic: str) -> None:
         self._store = store
         self.name = store.name
         self.topic = topic
@@ -31,6 +32,10 @@ class ReadOnlyKeyValueStore(KeyValueStore[Any, Any]):
 
     def get(self, key: Any) -> Any:
         return self._store.get(key)
+
+    def value_lookup(self, absent: Any = None) -> Callable[[Any], Any]:
+        """:meth:`get` as one function (see :meth:`TypedKeyValueStore.value_lookup`)."""
+        return self._store.value_lookup(absent)
 
     def get_with_timestamp(self, key: Any) -> Any:
         """The value and its timestamp (a store that keeps timestamps only)."""

@@ -68,6 +68,24 @@ def test_none_keys_are_refused(store: KeyValueStore) -> None:
         store.get(None)
 
 
+def test_value_lookup_reads_like_get_with_the_given_absent_value() -> None:
+    plain = open_store(Serdes.String(), Serdes.Json())
+    builder = Stores.timestamped_key_value_store_builder(Stores.in_memory_key_value_store("ts"), Serdes.String(),
+                                                         Serdes.Json())
+    timestamped = builder.build()
+    timestamped.init(StoreContext("app", "0_0", None, Serdes.String(), Serdes.Json()))
+    missing = object()
+    for store in (plain, timestamped):
+        lookup, lookup_or_missing = store.value_lookup(), store.value_lookup(missing)
+        store.put("a", {"n": 1})
+        assert lookup("a") == store.get("a") == {"n": 1}
+        assert lookup("b") is None and lookup_or_missing("b") is missing
+        store.delete("a")  # a lookup sees every write at once
+        assert lookup_or_missing("a") is missing
+        with pytest.raises(ValueError, match="keys may not be None"):
+            lookup(None)
+
+
 def test_range_includes_both_ends(store: KeyValueStore) -> None:
     for index, key in enumerate(["a", "b", "c", "d", "e"]):
         store.put(key, index)

@@ -102,6 +102,29 @@ def test_a_derived_table_is_looked_up_through_its_parents_store_without_a_store_
         assert driver.create_output_topic("out", String, Json).read_values_to_list() == [[1, "ADA"], [2, None], [3, "BOB"]]
 
 
+def test_an_inner_join_finds_no_row_through_a_filter_and_joins_through_an_unmaterialized_table_join() -> None:
+    builder = StreamsBuilder()
+    users = users_table(builder)
+    tiers = builder.table("tiers", key_serde=String, value_serde=Json)
+    eu = users.filter(lambda key, user: user["region"] == "eu")
+    eu_tiers = eu.join(tiers, lambda user, tier: f"{user['region']}-{tier}")  # no store: looked up through both
+    orders = builder.stream("orders", key_serde=String, value_serde=Json)
+    orders.join(eu, enrich).to("eu")
+    orders.join(eu_tiers, lambda order, tier: [order["id"], tier]).to("tiers")
+    with TopologyTestDriver(builder.build(), CONFIG) as driver:
+        orders_in, users_in = driver.create_input_topic("orders", String, Json), driver.create_input_topic("users", String, Json)
+        tiers_in = driver.create_input_topic("tiers", String, Json)
+        users_in.pipe_input("u1", {"region": "eu"})
+        users_in.pipe_input("u2", {"region": "us"})
+        tiers_in.pipe_input("u1", "gold")
+        tiers_in.pipe_input("u2", "gold")
+        orders_in.pipe_input("u1", {"id": 1})
+        orders_in.pipe_input("u2", {"id": 2})  # filtered out: no row for either join
+        orders_in.pipe_input("u3", {"id": 3})  # no user at all
+        assert driver.create_output_topic("eu", String, Json).read_values_to_list() == [{"id": 1, "region": "eu"}]
+        assert driver.create_output_topic("tiers", String, Json).read_values_to_list() == [[1, "eu-gold"]]
+
+
 def test_a_key_changing_operation_repartitions_the_stream_before_the_join() -> None:
     builder = StreamsBuilder()
     users = users_table(builder)
