@@ -238,10 +238,13 @@ class StoreChangelogReader:
             return
         if not state.started:
             self._begin(tp, state)
+        # Only a key's last record in the batch counts: every store writes a batch as one RocksDB WriteBatch (or
+        # applies it in order), so an earlier value of the same key would be overwritten anyway.
         if state.store.timestamped:  # the record's timestamp is the value's
-            state.store.restore_batch([(m.key(), m.value(), m.timestamp()[1]) for m in messages])
+            latest = {m.key(): m for m in messages}
+            state.store.restore_batch([(key, m.value(), m.timestamp()[1]) for key, m in latest.items()])
         else:
-            state.store.restore_batch([(m.key(), m.value()) for m in messages])
+            state.store.restore_batch(list({m.key(): m.value() for m in messages}.items()))
         end = messages[-1].offset() + 1
         state.restored += len(messages)
         state.position = end
