@@ -17,7 +17,9 @@ from it (:meth:`~streaming.processor.ProcessorContext.observed_stream_time`, key
 The buffer is a store with a changelog (``<application.id>-<store>-changelog``, the store named
 ``<name>-store`` when ``Suppressed.with_name(name)`` is given): an update is held in the store and a
 forwarded one deleted from it, in the same commit as the input offsets, so a restart neither loses
-nor repeats a final result. Held updates keep their key, value and timestamp; their headers are not
+nor repeats a final result. The store takes the buffer's changes at the commit, the latest per key (Kafka
+Streams' ``InMemoryTimeOrderedKeyValueBuffer`` logs its dirty keys at flush): an update held and forwarded
+between two commits leaves no trace in it. Held updates keep their key, value and timestamp; their headers are not
 kept (forwarded results carry none). Deletes are held like any update (``Change(None, old)``, the old value
 only when a node downstream asked for it). When one leaves the buffer: final-results suppression drops it
 (a window whose aggregate was removed — a session merged into another — has no final result), time-limit
@@ -31,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import struct
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -39,6 +42,8 @@ from streaming.dsl.change import Change, decode_change, encode_change
 from streaming.errors import StreamsError, TopologyError
 from streaming.runtime.context import fan_out
 from streaming.serdes import Serdes
+from streaming.state.bytes_store import BytesStore, StoreContext, Write
+from streaming.state.keyvalue import TypedKeyValueStore
 from streaming.state.stores import KeyValueStoreBuilder, Stores
 from streaming.topology.nodes import Emit
 from streaming.windows.serdes import WindowedSerde
@@ -132,6 +137,95 @@ class Suppressed:
         return dataclasses.replace(self, name=name)
 
 
+class _StagedWrites:
+    """The top layer of a suppression buffer's store: the buffer's writes wait here, the latest per key, until
+    the store is flushed (every commit), then reach the layers below and so the changelog. A delete of a key the
+    layers below do not hold cancels the staged write instead: they never see the key."""
+
+    def __init__(self, wrapped: BytesStore) -> None:
+        self.wrapped = wrapped
+        self.name = wrapped.name
+        self._staged: dict[bytes, tuple[bytes | None, int]] = {}
+
+    @property
+    def persistent(self) -> bool:
+        return self.wrapped.persistent
+
+    @property
+    def is_open(self) -> bool:
+        return self.wrapped.is_open
+
+    def open(self, directory: str | None) -> None:
+        self.wrapped.open(directory)
+
+    def get(self, key: bytes) -> bytes | None:
+        staged = self._staged.get(key)
+        return self.wrapped.get(key) if staged is None else staged[0]
+
+    def put(self, key: bytes, value: bytes | None, timestamp: int = 0, headers: Any = None) -> None:
+        if value is None and self.wrapped.get(key) is None:
+            self._staged.pop(key, None)
+        else:
+            self._staged[key] = (value, timestamp)
+
+    def put_all(self, writes: list[Write]) -> None:
+        for key, value, timestamp, _ in writes:
+            self.put(key, value, timestamp)
+
+    def write_batch(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        self.wrapped.write_batch(entries)
+
+    def range(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        return self.wrapped.range(lo, hi)
+
+    def prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return self.wrapped.prefix(prefix)
+
+    def pending(self) -> dict[bytes, bytes | None]:
+        """The layers' pending writes, the staged ones over them (copied: safe from other threads)."""
+        pending = self.wrapped.pending()
+        pending.update({key: value for key, (value, _) in self._staged.copy().items()})
+        return pending
+
+    def approximate_num_entries(self) -> int:
+        return self.wrapped.approximate_num_entries() + len(self._staged)
+
+    def flush(self) -> None:
+        staged, self._staged = self._staged, {}
+        if staged:
+            self.wrapped.put_all([(key, value, timestamp, None) for key, (value, timestamp) in staged.items()])
+        self.wrapped.flush()
+
+    def close(self) -> None:
+        """Close without writing what is staged: a clean close flushed first (as a record cache's close)."""
+        self._staged.clear()
+        self.wrapped.close()
+
+
+class SuppressionBufferStore(TypedKeyValueStore):
+    """A suppression buffer's store (see the module doc): serialized keys and entries, written at the commit."""
+
+    def init(self, context: StoreContext) -> None:
+        super().init(context)
+        self._store = self._staged = _StagedWrites(self._store)
+
+    def hold(self, raw: bytes, data: bytes) -> None:
+        """Keep entry ``data`` of key ``raw`` (from the next commit on)."""
+        self._staged.put(raw, data, self._timestamp())
+
+    def release(self, raw: bytes) -> None:
+        """Forget key ``raw`` (at the next commit, if the store held it)."""
+        self._staged.put(raw, None, self._timestamp())
+
+
+class SuppressionBufferBuilder(KeyValueStoreBuilder):
+    """Builds :class:`SuppressionBufferStore`s."""
+
+    def build(self) -> SuppressionBufferStore:
+        return SuppressionBufferStore(self.name, self.supplier.get(), self.key_serde, self.value_serde,
+                                      logging_enabled=self.logging_enabled, caching_enabled=self.caching_enabled)
+
+
 class SuppressOperator:
     """The suppression node (see the module doc). ``delay_ms``: how far stream time must pass an entry's
     buffer time (window end for final results, first update's timestamp otherwise) to forward it."""
@@ -156,6 +250,7 @@ class SuppressOperator:
         final, delay, send_old = self.suppressed.final_results, self.delay_ms, self.send_old_values
         config = self.suppressed.buffer_config
         max_records, max_bytes, shut_down = config.max_records_count, config.max_bytes_count, config.shut_down
+        bounded = config.bounded
         name = self.store_name
 
         # The held updates: key bytes -> (buffer time, record timestamp, stored bytes); a heap orders them
@@ -171,8 +266,7 @@ class SuppressOperator:
             size[0] += len(raw) + len(data)
         heapq.heapify(queue)
 
-        def forward(raw: bytes, timestamp: int, data: bytes) -> None:
-            new_raw, old_raw = decode_change(data[16:])
+        def forward(raw: bytes, timestamp: int, new_raw: bytes | None, old_raw: bytes | None) -> None:
             if new_raw is None and final:
                 return
             downstream(kde(raw), Change(None if new_raw is None else vde(new_raw),
@@ -185,12 +279,23 @@ class SuppressOperator:
                 return
             del held[raw]
             size[0] -= len(raw) + len(entry[2])
-            store.delete(raw)
-            forward(raw, entry[1], entry[2])
+            store.release(raw)
+            forward(raw, entry[1], *decode_change(entry[2][16:]))
 
         def full() -> bool:
             return (max_records is not None and len(held) > max_records) or \
                 (max_bytes is not None and size[0] > max_bytes)
+
+        def hold(raw: bytes, buffer_time: int, timestamp: int, new_raw: bytes | None, old_raw: bytes | None,
+                 previous: tuple[int, int, bytes] | None) -> None:
+            data = _TIMES.pack(buffer_time, timestamp) + encode_change(new_raw, old_raw)
+            if previous is not None:
+                size[0] -= len(raw) + len(previous[2])
+            held[raw] = (buffer_time, timestamp, data)
+            size[0] += len(raw) + len(data)
+            store.hold(raw, data)
+            if previous is None:
+                heapq.heappush(queue, (buffer_time, raw))
 
         def suppress(key: Any, change: Change, timestamp: int, headers: Any) -> None:
             raw = kser(key)
@@ -201,20 +306,26 @@ class SuppressOperator:
             else:
                 buffer_time = previous[0]
                 old_raw = decode_change(previous[2][16:])[1]
-                size[0] -= len(raw) + len(previous[2])
             new_raw = None if change[0] is None else vser(change[0])
-            data = _TIMES.pack(buffer_time, timestamp) + encode_change(new_raw, old_raw)
-            held[raw] = (buffer_time, timestamp, data)
-            size[0] += len(raw) + len(data)
-            store.put(raw, data)
-            if previous is None:
-                heapq.heappush(queue, (buffer_time, raw))
             if timestamp > observed.time:
                 observed.time = timestamp
             expiry = observed.time - delay
+            if previous is None and buffer_time <= expiry:
+                # Due as it arrives: forwarded in its turn among the due entries (by buffer time, then key bytes,
+                # as the heap orders them) without a round trip through the buffer. If an entry due before it
+                # fails downstream, it stays held, as it would have been.
+                try:
+                    while queue and queue[0] < (buffer_time, raw):
+                        evict_one()
+                except BaseException:
+                    hold(raw, buffer_time, timestamp, new_raw, old_raw, None)
+                    raise
+                forward(raw, timestamp, new_raw, old_raw)
+            else:
+                hold(raw, buffer_time, timestamp, new_raw, old_raw, previous)
             while queue and queue[0][0] <= expiry:
                 evict_one()
-            if full():
+            if bounded and full():
                 if shut_down:
                     raise StreamsError(f"suppression buffer {name!r} is full ({len(held)} records, {size[0]} bytes; "
                                        f"limits: records={max_records}, bytes={max_bytes}) and is set to "
@@ -247,8 +358,7 @@ def suppress(table: KTable, suppressed: Suppressed, name: str | None) -> KTable:
     node = name or suppressed.name or builder._new_name("SUPPRESS", prefix="KTABLE")
     store_name = f"{suppressed.name}-store" if suppressed.name else builder._new_store_name("KTABLE-SUPPRESS-")
     delay = close_delay(table) if suppressed.final_results else suppressed.time_to_wait_ms
-    store: KeyValueStoreBuilder = Stores.key_value_store_builder(
-        Stores.in_memory_key_value_store(store_name), Serdes.Bytes(), Serdes.Bytes())
+    store = SuppressionBufferBuilder(Stores.in_memory_key_value_store(store_name), Serdes.Bytes(), Serdes.Bytes())
     builder.topology.add_state_store(store)
     operator = SuppressOperator(suppressed, store_name, delay, table.key_serde, table.value_serde)
     builder.topology.add_operator(node, operator, table._node)

@@ -89,11 +89,53 @@ class TimeWindowAggregate(_WindowedOperator):
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         store, downstream, late, cached = self._connect(children, context)
         observed = context.observed_stream_time(self.store_name)
-        fetch, put, drop = store.fetch_with_timestamp, store.put_with_timestamp, context.record_dropped
-        step, send_old, grace = self.step, self.send_old_values, self.windows.grace_ms
+        key_bytes, fetch, put = store.key_bytes, store.fetch_serialized, store.put_serialized
+        drop, step, send_old, grace = context.record_dropped, self.step, self.send_old_values, self.windows.grace_ms
         size, advance = self.windows.size_ms, self.windows.advance_ms
         windows_for = self.windows.windows_for
-        tumbling = size == advance
+
+        def update(key: Any, raw: bytes, value: Any, timestamp: int, headers: Any, start: int, end: int) -> None:
+            """Aggregate the record into its open window ``[start, end)`` (``raw``: the key serialized)."""
+            old = fetch(raw, start)
+            if old is None:
+                new, new_timestamp = step(key, value, None), timestamp
+            else:
+                new = step(key, value, old[0])
+                new_timestamp = max(timestamp, old[1])
+            put(raw, new, new_timestamp, start, headers)
+            if not cached:
+                downstream(Windowed(key, Window(start, end)),
+                           Change(new, old[0] if send_old and old is not None else None), new_timestamp, headers)
+
+        def late_record(timestamp: int, start: int, end: int, close: int) -> None:
+            drop(f"record at {timestamp} for closed window [{start}, {end}) (stream time - grace = {close})", late=True)
+
+        if size == advance:
+            def tumbling_window_aggregate(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+                """:func:`time_window_aggregate` for the one window of a tumbling record, inlined."""
+                if key is None or value is None:
+                    drop("null key" if key is None else "null value")
+                    return
+                if timestamp > observed.time:
+                    observed.time = timestamp
+                start = timestamp - timestamp % size
+                if start + size <= observed.time - grace:
+                    late_record(timestamp, start, start + size, observed.time - grace)
+                    if late is not None:
+                        late(key, value, timestamp, headers)
+                    return
+                raw = key_bytes(key)
+                old = fetch(raw, start)
+                if old is None:
+                    new, new_timestamp = step(key, value, None), timestamp
+                else:
+                    new = step(key, value, old[0])
+                    new_timestamp = max(timestamp, old[1])
+                put(raw, new, new_timestamp, start, headers)
+                if not cached:
+                    downstream(Windowed(key, Window(start, start + size)),
+                               Change(new, old[0] if send_old and old is not None else None), new_timestamp, headers)
+            return tumbling_window_aggregate
 
         def time_window_aggregate(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if key is None or value is None:
@@ -102,28 +144,16 @@ class TimeWindowAggregate(_WindowedOperator):
             if timestamp > observed.time:
                 observed.time = timestamp
             close = observed.time - grace
-            if tumbling:
-                start = timestamp - timestamp % size
-                windows = ((start, start + size),)
-            else:
-                windows = windows_for(timestamp)
             dropped = False
-            for start, end in windows:
+            raw = None  # serialized once, for the first open window
+            for start, end in windows_for(timestamp):
                 if end <= close:
-                    drop(f"record at {timestamp} for closed window [{start}, {end}) (stream time - grace = {close})",
-                         late=True)
+                    late_record(timestamp, start, end, close)
                     dropped = True
                     continue
-                old = fetch(key, start)
-                if old is None:
-                    new, new_timestamp = step(key, value, None), timestamp
-                else:
-                    new = step(key, value, old[0])
-                    new_timestamp = max(timestamp, old[1])
-                put(key, new, new_timestamp, start, headers)
-                if not cached:
-                    downstream(Windowed(key, Window(start, end)),
-                               Change(new, old[0] if send_old and old is not None else None), new_timestamp, headers)
+                if raw is None:
+                    raw = key_bytes(key)
+                update(key, raw, value, timestamp, headers, start, end)
             if dropped and late is not None:
                 late(key, value, timestamp, headers)
         return time_window_aggregate
@@ -156,6 +186,7 @@ class SessionWindowAggregate(_WindowedOperator):
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         store, downstream, late, cached = self._connect(children, context)
+        store.track_owned_writes()  # its keyed scans read the key's unflushed writes back
         observed = context.observed_stream_time(self.store_name)
         find, put, drop = store.find_sessions, store.put, context.record_dropped
         step, merger, send_old = self.step, self.merger, self.send_old_values
@@ -219,6 +250,7 @@ class SlidingWindowAggregate(_WindowedOperator):
 
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         store, downstream, late, cached = self._connect(children, context)
+        store.track_owned_writes()  # its keyed scans read the key's unflushed writes back
         observed = context.observed_stream_time(self.store_name)
         fetch, put, drop = store.fetch_timestamped, store.put_with_timestamp, context.record_dropped
         step, send_old = self.step, self.send_old_values

@@ -120,8 +120,17 @@ class SegmentedBytesStore:
         segment.put(key, value, timestamp, headers)
 
     def put_all(self, writes: list[Write]) -> None:
+        """Each write as :meth:`put`, the segment looked up again only when the segment or stream time changes."""
+        timestamp_of, interval = self._timestamp_of, self.segment_interval_ms
+        segment_id, segment = None, None  # the last write's segment (None: expired), while stream time stays
         for key, value, timestamp, headers in writes:
-            self.put(key, value, timestamp, headers)
+            time = timestamp_of(key)
+            if time > self.observed_time or time // interval != segment_id:
+                segment_id, segment = time // interval, self._segment_for_write(time)
+            if segment is None:
+                self._expired(key)
+            else:
+                segment.put(key, value, timestamp, headers)
 
     def _expired(self, key: bytes) -> None:
         self.expired_writes += 1

@@ -51,8 +51,10 @@ class WindowedLayeredStore(LayeredStore):
         super().__init__(name, inner, key_serde, value_serde, logging_enabled, caching_enabled)
         # Keys written since the last flush, by the record key's bytes: what the layers may still hold
         # unflushed. The stream thread's own keyed scans read these few back instead of copying every
-        # layer's pending writes (see owned_scan).
-        self._written: dict[bytes, set[bytes]] = {}
+        # layer's pending writes (see owned_scan). None: not tracked (no owner scans asked for: the point
+        # reads of tumbling and hopping windows need none); complete once a flush follows the start of tracking.
+        self._written: dict[bytes, set[bytes]] | None = None
+        self._written_complete = False
         self._written_time = -1  # the highest segment time written through this store (cached writes included)
         self._retention: int = inner.retention_ms  # type: ignore[attr-defined]
 
@@ -88,12 +90,25 @@ class WindowedLayeredStore(LayeredStore):
         flushes, so other threads (interactive queries) may call it."""
         return scan(self._store, lo, hi)
 
+    def track_owned_writes(self) -> None:
+        """Track the keys written from now on, for :meth:`owned_scan` (operators that scan call it before
+        their first write)."""
+        if self._written is None:
+            self._written = {}
+            self._written_complete = True
+
     def owned_scan(self, raw_key: bytes, lo: bytes, hi: bytes) -> list[tuple[bytes, bytes]]:
         """Entries with keys in ``[lo, hi]``, all of record key ``raw_key``, for the stream thread that owns
         the store only: the inner store's scan with this key's writes since the last flush read back
-        through the layers. Costs the writes of one key, not every pending write of the store."""
+        through the layers. Costs the writes of one key, not every pending write of the store. Until the
+        writes are tracked (:meth:`track_owned_writes`, or the first flush after the first owner scan) it
+        reads every layer's pending writes instead."""
+        if not self._written_complete:
+            if self._written is None:
+                self._written = {}  # tracked from now on: complete after the next flush
+            return list(self.read_raw(lo, hi))
         found = dict(self.inner.range(lo, hi))
-        written = self._written.get(raw_key)
+        written = self._written.get(raw_key)  # type: ignore[union-attr]  # complete: tracked
         if written:
             get = self._store.get
             for store_key in written:
@@ -106,19 +121,25 @@ class WindowedLayeredStore(LayeredStore):
         return sorted(found.items())
 
     def _track(self, raw_key: bytes, store_key: bytes) -> None:
-        written = self._written.get(raw_key)
+        tracked = self._written
+        if tracked is None:
+            return
+        written = tracked.get(raw_key)
         if written is None:
-            self._written[raw_key] = {store_key}
+            tracked[raw_key] = {store_key}
         else:
             written.add(store_key)
 
     def flush(self) -> None:
         super().flush()
-        self._written.clear()
+        if self._written is not None:
+            self._written.clear()
+            self._written_complete = True
 
     def close(self) -> None:
         super().close()
-        self._written.clear()
+        if self._written is not None:
+            self._written.clear()
 
 
 class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
@@ -149,22 +170,40 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
     def put_with_timestamp(self, key: Any, value: Any, timestamp: int, window_start: int, headers: Any = None) -> None:
         if value is None and self.retain_duplicates:
             return
-        raw = self._key(key)
-        seq = 0
+        self.put_serialized(self._key(key), value, timestamp, window_start, headers)
+
+    def put_serialized(self, raw_key: bytes, value: Any, timestamp: int, window_start: int,
+                       headers: Any = None) -> None:
+        """:meth:`put_with_timestamp` for a key already serialized (:meth:`key_bytes`)."""
         if self.retain_duplicates:
+            if value is None:
+                return
             self._seq = seq = (self._seq + 1) & 0x7FFFFFFF
+        else:
+            seq = 0
         if window_start > self._written_time:
             self._written_time = window_start
-        store_key = raw + _START_SEQ.pack(window_start, seq)
-        self._track(raw, store_key)
+        store_key = raw_key + _START_SEQ.pack(window_start, seq)
+        if self._written is not None:
+            self._track(raw_key, store_key)
         self._store.put(store_key, None if value is None else _LONG.pack(timestamp) + self._vser(value), timestamp,
                         headers)
 
     # -- reads ----------------------------------------------------------------------------------------------------
+    def key_bytes(self, key: Any) -> bytes:
+        """``key`` serialized, as the store's keys begin (for :meth:`fetch_serialized`, :meth:`put_serialized`:
+        an operator that reads and writes a key's windows serializes it once)."""
+        return self._key(key)
+
     def fetch_with_timestamp(self, key: Any, window_start: int) -> ValueAndTimestamp | None:
-        if window_start < self.expiry_floor():
+        return self.fetch_serialized(self._key(key), window_start)
+
+    def fetch_serialized(self, raw_key: bytes, window_start: int) -> ValueAndTimestamp | None:
+        """:meth:`fetch_with_timestamp` for a key already serialized (:meth:`key_bytes`)."""
+        observed = max(self.inner.observed_time, self._written_time)  # type: ignore[attr-defined]  # expiry_floor()
+        if window_start < (0 if observed < 0 else observed - self._retention + 1):
             return None
-        data = self._store.get(self._key(key) + _START_SEQ.pack(window_start, 0))
+        data = self._store.get(raw_key + _START_SEQ.pack(window_start, 0))
         return None if data is None else ValueAndTimestamp(self._vde(data[8:]), _LONG.unpack_from(data)[0])
 
     def fetch(self, key: Any, time_from: int, time_to: int | None = None) -> Any:

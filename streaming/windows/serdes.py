@@ -48,7 +48,7 @@ class WindowedSerde(Serde[Windowed]):
     def serialize(self, obj: Windowed | None) -> bytes | None:
         if obj is None:
             return None
-        key = self._inner().serialize(obj[0])
+        key = (self.inner or self._inner()).serialize(obj[0])
         if key is None:
             raise ValueError(f"windowed key {obj!r}: its key serializes to None")
         return key + _LONG.pack(obj[1][0])
@@ -59,7 +59,7 @@ class WindowedSerde(Serde[Windowed]):
         if len(data) < 8:
             raise ValueError(f"a time-windowed key needs at least 8 bytes, got {len(data)}")
         start = _LONG.unpack_from(data, len(data) - 8)[0]
-        return Windowed(self._inner().deserialize(data[:-8]), Window(start, start + self.window_size_ms))
+        return Windowed((self.inner or self._inner()).deserialize(data[:-8]), Window(start, start + self.window_size_ms))
 
     def __repr__(self) -> str:
         return f"WindowedSerdes.time_windowed({self.inner!r}, {self.window_size_ms})"

@@ -12,6 +12,7 @@ import pytest
 
 from streaming import JoinWindows, Serdes, SessionWindows, SlidingWindows, TimeWindows, Window, Windowed
 from streaming.state.bytes_store import StoreContext
+from streaming.state.caching import CacheBudget
 from streaming.state.changelogging import ChangeLogger
 from streaming.state.stores import Stores
 from streaming.windows.serdes import WindowedSerdes
@@ -27,11 +28,12 @@ class Collector:
         self.sent.append((key, value, timestamp))
 
 
-def open_store(builder: Any, directory: Path, collector: Collector | None = None) -> Any:
+def open_store(builder: Any, directory: Path, collector: Collector | None = None,
+               cache: CacheBudget | None = None) -> Any:
     store = builder.build()
     logger = None if collector is None else (lambda name: ChangeLogger(collector, f"app-{name}-changelog", 0))
     store.init(StoreContext("app", "0_0", str(directory / store.name), String, Long, changelogger=logger,
-                            timestamp=lambda: 7))
+                            timestamp=lambda: 7, cache_budget=cache))
     return store
 
 
@@ -86,6 +88,29 @@ def test_window_changelog_restores_the_same_state(tmp_path: Path) -> None:
     assert list(restored.fetch("a", 0, 10_000)) == [(1_000, 5)]
     assert restored.fetch_with_timestamp("a", 1_000) == (5, 1_500)
     restored.close()
+
+
+@pytest.mark.parametrize("tracked", [True, False], ids=["tracked", "untracked"])
+def test_owner_scans_read_back_unflushed_writes(tmp_path: Path, tracked: bool) -> None:
+    """An operator's keyed scans see its cached writes, whether it asked for its writes to be tracked before the
+    first one (the DSL's scanning operators) or not (the first scans then read every pending write)."""
+    builder = Stores.window_store_builder(Stores.persistent_window_store("w", 600_000, 10_000), String, Long)
+    store = open_store(builder.with_caching_enabled(), tmp_path, cache=CacheBudget(1 << 20))
+    if tracked:
+        store.track_owned_writes()
+
+    def owned() -> list[tuple[int, int]]:
+        return [(start, found.value) for start, found in store.fetch_timestamped("a", 0, 100_000, owner=True)]
+    store.put_with_timestamp("a", 1, 5, 0)
+    store.put_with_timestamp("a", 2, 15_000, 10_000)
+    store.put_with_timestamp("b", 9, 15_000, 10_000)
+    assert owned() == [(0, 1), (10_000, 2)]
+    store.flush()
+    store.put_with_timestamp("a", 3, 25_000, 20_000)
+    store.put_with_timestamp("a", None, 25_000, 0)
+    assert owned() == [(10_000, 2), (20_000, 3)]
+    store.flush()
+    assert owned() == [(10_000, 2), (20_000, 3)]
 
 
 def test_retained_duplicates_keep_every_put(tmp_path: Path) -> None:

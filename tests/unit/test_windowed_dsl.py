@@ -322,6 +322,30 @@ def test_suppress_until_time_limit_with_a_bounded_buffer() -> None:
         assert out.read_key_values() == [("b", 1)]
 
 
+def test_the_buffer_store_takes_what_is_held_at_a_commit_only() -> None:
+    """What a commit finds held reaches the buffer's changelog (and leaves it with a tombstone); an update
+    already due when it arrives is forwarded without touching it."""
+    builder = StreamsBuilder()
+    table = builder.stream("in", key_serde=String, value_serde=Long).to_table(
+        Materialized.as_("t").with_caching_disabled())
+    table.suppress(Suppressed.until_time_limit(10, BufferConfig.unbounded()).with_name("s")).to_stream().to(
+        "out", value_serde=Long)
+    with TopologyTestDriver(builder.build()) as driver:
+        source = driver.create_input_topic("in", String, Long)
+        out = driver.create_output_topic("out", String, Long)
+        changelog = driver.create_output_topic("topology-test-driver-s-store-changelog", Serdes.Bytes(),
+                                               Serdes.Bytes())
+
+        def logged() -> dict[bytes, bool]:
+            return {key: value is not None for key, value in changelog.read_key_values()}
+        source.pipe_input("a", 1, timestamp=0)
+        assert (out.read_key_values(), logged()) == ([], {b"a": True})
+        source.pipe_input("b", 2, timestamp=20)  # a's limit passed: forwarded, its entry deleted; b held
+        assert (out.read_key_values(), logged()) == ([("a", 1)], {b"a": False, b"b": True})
+        source.pipe_input("x", 3, timestamp=5)  # 5 <= 20 - 10: due as it arrives
+        assert (out.read_key_values(), logged()) == ([("x", 3)], {})
+
+
 def test_a_full_buffer_that_shuts_down_fails_naming_the_buffer() -> None:
     builder = StreamsBuilder()
     (builder.stream("in", key_serde=String, value_serde=String).group_by_key()
