@@ -54,10 +54,19 @@ class TypedKeyValueStore(LayeredStore, KeyValueStore[Any, Any]):
         return lookup_timestamped if self.timestamped else lookup
 
     def _reads(self) -> Callable[[bytes], bytes | None]:
-        """The top layer's ``get``, or, when the top layer is the change-logging one (which only passes reads on),
-        the ``get`` of the layer under it: one Python call fewer per read."""
-        logging = self._logging
-        return logging.wrapped.get if logging is not None and self._store is logging else self._store.get
+        """What the top layer's ``get`` does, with fewer Python calls per read: the change-logging layer only passes
+        reads on, so they go to the layer under it; over a cache, one function looks in the cache's entries and
+        then below (``CachingBytesStore.get``)."""
+        below = self.inner.get  # the layers' stack: cache (optional) -> change logging (optional) -> inner
+        caching = self._caching
+        if caching is None or self._store is not caching:
+            return below if self._store is self._logging else self._store.get
+        cached = caching.cache.entries.get  # the cache's dict lives as long as the store
+
+        def read(key: bytes) -> bytes | None:
+            entry = cached(key)
+            return below(key) if entry is None else entry[0]
+        return read
 
     # -- writes -----------------------------------------------------------------------------------------------
     def put(self, key: Any, value: Any) -> None:

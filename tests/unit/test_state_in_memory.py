@@ -7,7 +7,10 @@ from typing import Any
 import pytest
 
 from streaming import KeyValueStore, Serdes, Stores
+from streaming.dsl.value_getters import ABSENT
 from streaming.state.bytes_store import StoreContext
+from streaming.state.caching import CacheBudget
+from streaming.state.changelogging import ChangeLogger
 
 
 def open_store(key_serde: Any = None, value_serde: Any = None, name: str = "kv") -> KeyValueStore:
@@ -186,3 +189,41 @@ def test_builder_options() -> None:
     builder.with_logging_enabled({"retention.ms": "1000"}).with_caching_enabled()
     assert builder.logging_enabled and builder.log_config == {"retention.ms": "1000"} and builder.caching_enabled
     assert builder.build() is not builder.build()  # one store per task
+
+
+class _Sent:
+    """A record collector that keeps what the change-logging layer sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes | None]] = []
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
+             partition: int = -1) -> None:
+        self.sent.append((topic, key, value))
+
+
+@pytest.mark.parametrize(("logging", "caching"), [(False, False), (True, False), (False, True), (True, True)])
+def test_the_per_record_reads_see_every_layer_as_get_does(logging: bool, caching: bool) -> None:
+    """``value_lookup`` and ``timestamped_access`` read past the change-logging layer and, over a cache, look in its
+    entries first: a cached write, a flushed one and a cached delete read as ``get`` reads them."""
+    builder = Stores.timestamped_key_value_store_builder(Stores.in_memory_key_value_store("layers"),
+                                                         Serdes.String(), Serdes.Json())
+    builder = builder.with_logging_enabled() if logging else builder.with_logging_disabled()
+    if caching:
+        builder.with_caching_enabled()
+    store = builder.build()
+    collector = _Sent()
+    store.init(StoreContext("app", "0_0", None, Serdes.String(), Serdes.Json(),
+                            changelogger=lambda name: ChangeLogger(collector, f"app-{name}-changelog", 0),
+                            timestamp=lambda: 5, cache_budget=CacheBudget(10 << 20)))
+    lookup, missing = store.value_lookup(ABSENT), ABSENT
+    key_bytes, get_at, put_at = store.timestamped_access()
+    put_at(key_bytes("a"), {"n": 1}, 7, None)
+    assert lookup("a") == store.get("a") == {"n": 1} and get_at(key_bytes("a")) == ({"n": 1}, 7)
+    store.flush()
+    assert lookup("a") == {"n": 1} and get_at(key_bytes("a")) == store.get_with_timestamp("a") == ({"n": 1}, 7)
+    put_at(key_bytes("a"), None, 8, None)
+    assert lookup("a") is missing and get_at(key_bytes("a")) is None and store.get("a") is None
+    store.flush()
+    assert lookup("a") is missing and get_at(key_bytes("a")) is None
+    assert [key for _, key, _ in collector.sent] == ([b"a", b"a"] if logging else [])
