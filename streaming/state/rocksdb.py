@@ -61,7 +61,10 @@ class RocksDBBytesStore:
         value = self._buffer.get(key, _MISSING)
         if value is not _MISSING:
             return value  # type: ignore[return-value]
-        return self._open_db().get(key)
+        db = self._db  # not _open_db(): a read per record pays no second Python call
+        if db is None:
+            raise RuntimeError(f"state store {self.name!r} is closed")
+        return db.get(key)
 
     def put(self, key: bytes, value: bytes | None, timestamp: int = 0, headers: Any = None) -> None:
         """Buffer ``value`` (None deletes the key); the timestamp and headers are the layers' business."""
