@@ -268,7 +268,8 @@ class KeyLookup:
 
 class InteractiveQueries:
     """Local store views, key -> partition routing, this instance's announcements on the metadata topic, and
-    (with ``application.server``) the other instances' announcements. One per started :class:`KafkaStreams`.
+    the other instances' announcements (routing by them needs ``application.server``; a stopping stream thread asks
+    :meth:`other_live_instances`). One per started :class:`KafkaStreams`.
 
     ``tasks()`` returns this instance's active tasks, ``standby_task_ids()`` its standby task ids and
     ``state()`` the client state name; all are called from query threads. ``identity``: who this instance is
