@@ -239,6 +239,19 @@ class LoadResult:
         return self.value_bytes / max(self.records, 1)
 
 
+def produce_waiting(producer: Any, n: int, topic: str, **record: Any) -> None:
+    """``producer.produce(topic, **record)`` for a loader (not timed): a full queue is waited out, and delivery
+    reports are served at every 10,000th record ``n``."""
+    while True:
+        try:
+            producer.produce(topic, **record)
+            break
+        except BufferError:
+            producer.poll(0.05)
+    if n % 10_000 == 0:
+        producer.poll(0)
+
+
 def load_orders(
     bootstrap_servers: str, topic: str, records: int, producer_settings: dict[str, Any]
 ) -> LoadResult:
@@ -273,14 +286,7 @@ def load_orders(
             passing += 1
         data = dumps(v)
         nbytes += len(data)
-        while True:
-            try:
-                producer.produce(topic, key=key_of(n).encode(), value=data, timestamp=v["ts"])
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if n % 10_000 == 0:
-            producer.poll(0)
+        produce_waiting(producer, n, topic, key=key_of(n).encode(), value=data, timestamp=v["ts"])
     remaining = producer.flush(120)
     seconds = time.monotonic() - t0
     if remaining:

@@ -56,14 +56,7 @@ def load_changelog(bootstrap: str, topic: str, records: int, first: int, latest:
         key = b"k%05d" % rng.randrange(KEYS)
         value = None if rng.random() < TOMBSTONE_RATE else n.to_bytes(8, "big")
         latest[key] = value
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if n % 10_000 == 0:
-            producer.poll(0)
+        C.produce_waiting(producer, n, topic, key=key, value=value)
     if producer.flush(120):
         raise SystemExit(f"loading {topic}: records still unacknowledged after 120 s")
     return time.perf_counter() - t0

@@ -380,14 +380,7 @@ def load(bootstrap: str, topic: str, records: Any, *, partition: bool = False) -
     for n, (key, value, ts) in enumerate(records):
         k = key.encode()
         extra = {"partition": partition_for_key(k, PARTITIONS)} if partition else {}
-        while True:
-            try:
-                producer.produce(topic, orjson.dumps(value), k, timestamp=ts, **extra)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if n % 10_000 == 0:
-            producer.poll(0)
+        C.produce_waiting(producer, n, topic, value=orjson.dumps(value), key=k, timestamp=ts, **extra)
     if producer.flush(120):
         raise RuntimeError(f"loading {topic}: records not delivered after 120 s")
     return ends

@@ -62,15 +62,8 @@ def load_changelog(bootstrap: str, topic: str, records: int, first: int, counts:
     for n in range(first, first + records):
         key = f"k{rng.randrange(KEYS):05d}"
         counts[key] = counts.get(key, 0) + 1
-        while True:
-            try:
-                producer.produce(topic, key=key.encode(), value=counts[key].to_bytes(8, "big", signed=True),
-                                 timestamp=1_700_000_000_000 + n)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if n % 10_000 == 0:
-            producer.poll(0)
+        C.produce_waiting(producer, n, topic, key=key.encode(), value=counts[key].to_bytes(8, "big", signed=True),
+                          timestamp=1_700_000_000_000 + n)
     if producer.flush(120):
         raise SystemExit(f"loading {topic}: records still unacknowledged after 120 s")
 
