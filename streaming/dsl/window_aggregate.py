@@ -112,7 +112,7 @@ class TimeWindowAggregate(_WindowedOperator):
 
         if size == advance:
             def tumbling_window_aggregate(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-                """:func:`time_window_aggregate` for the one window of a tumbling record, inlined."""
+                """:func:`time_window_aggregate` for the one window of a tumbling record."""
                 if key is None or value is None:
                     drop("null key" if key is None else "null value")
                     return
@@ -124,17 +124,7 @@ class TimeWindowAggregate(_WindowedOperator):
                     if late is not None:
                         late(key, value, timestamp, headers)
                     return
-                raw = key_bytes(key)
-                old = fetch(raw, start)
-                if old is None:
-                    new, new_timestamp = step(key, value, None), timestamp
-                else:
-                    new = step(key, value, old[0])
-                    new_timestamp = max(timestamp, old[1])
-                put(raw, new, new_timestamp, start, headers)
-                if not cached:
-                    downstream(Windowed(key, Window(start, start + size)),
-                               Change(new, old[0] if send_old and old is not None else None), new_timestamp, headers)
+                update(key, key_bytes(key), value, timestamp, headers, start, start + size)
             return tumbling_window_aggregate
 
         def time_window_aggregate(key: Any, value: Any, timestamp: int, headers: Any) -> None:

@@ -200,8 +200,7 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
 
     def fetch_serialized(self, raw_key: bytes, window_start: int) -> ValueAndTimestamp | None:
         """:meth:`fetch_with_timestamp` for a key already serialized (:meth:`key_bytes`)."""
-        observed = max(self.inner.observed_time, self._written_time)  # type: ignore[attr-defined]  # expiry_floor()
-        if window_start < (0 if observed < 0 else observed - self._retention + 1):
+        if window_start < self.expiry_floor():
             return None
         data = self._store.get(raw_key + _START_SEQ.pack(window_start, 0))
         return None if data is None else ValueAndTimestamp(self._vde(data[8:]), _LONG.unpack_from(data)[0])
