@@ -39,19 +39,14 @@ class TypedKeyValueStore(LayeredStore, KeyValueStore[Any, Any]):
         ``key``, or ``absent`` when the store has none. Build it after :meth:`init` (it keeps the layers of then);
         like ``get``, it refuses a None key."""
         read, serialize, deserialize, name = self._reads(), self._kser, self._vde, self.name
+        skip = 8 if self.timestamped else 0  # a timestamped store's value follows its 8-byte timestamp
 
         def lookup(key: Any) -> Any:
             if key is None:
                 raise ValueError(f"store {name!r}: keys may not be None")
             data = read(serialize(key))
-            return absent if data is None else deserialize(data)
-
-        def lookup_timestamped(key: Any) -> Any:  # the stored value after its 8-byte timestamp
-            if key is None:
-                raise ValueError(f"store {name!r}: keys may not be None")
-            data = read(serialize(key))
-            return absent if data is None else deserialize(data[8:])
-        return lookup_timestamped if self.timestamped else lookup
+            return absent if data is None else deserialize(data[skip:])  # data[0:] is data itself, not a copy
+        return lookup
 
     def _reads(self) -> Callable[[bytes], bytes | None]:
         """What the top layer's ``get`` does, with fewer Python calls per read: the change-logging layer only passes
