@@ -67,8 +67,8 @@ class _Source:
         self.node = node.name
         key_serde = node.key_serde or config.default_key_serde
         value_serde = node.value_serde or config.default_value_serde
-        # Bytes that are not None go to the serde's deserializer() (a C function for the built-in serdes), None to
-        # its deserialize(): the same results as deserialize() alone, one Python call fewer per record.
+        # Bytes that are not None go to the serde's not_none_deserializer() (a C function for the built-in serdes),
+        # None to its deserialize(): the same results as deserialize() alone, one Python call fewer per record.
         self.key_of_bytes, self.key_of_null = key_serde.not_none_deserializer(), key_serde.deserialize
         self.value_of_bytes, self.value_of_null = value_serde.not_none_deserializer(), value_serde.deserialize
         extractor = node.timestamp_extractor or config.default_timestamp_extractor
@@ -248,7 +248,7 @@ class StreamTask:
         return emit
 
     def _sink(self, node: SinkNodeDef) -> Emit:
-        """The sink's function: serialize (a value that is not None through the serde's ``serializer()``, see
+        """The sink's function: serialize (a value that is not None through the serde's ``not_none_serializer()``, see
         :class:`~streaming.serdes.Serde`), choose the partition, send. With a Kafka record collector it calls the
         producer's ``produce`` itself (one Python call fewer per record) and hands a failure to the collector's
         ``send_failed``, which does what ``send`` would."""
