@@ -8,6 +8,16 @@ the flush listener, so consecutive updates of a key reach downstream as one reco
 listener runs with the entry's source as the task's current record (the store context's
 ``forward_flushed``), as Kafka Streams sets the entry's record context around it: an error downstream
 names that input record.
+
+A key-value store's cache also keeps **clean entries**: what the layers below hold for a key, after a flush
+wrote it through or a read had to go below for it. Kafka Streams' NamedCache keeps a flushed entry as clean
+(``NamedCache.flush`` marks it clean, it stays cached) and ``CachingKeyValueStore.getInternal`` caches the value
+a miss read from the wrapped store; so a table a join looks up is read from memory, not RocksDB. They count
+against the same budget and are evicted before any dirty entry (they cost nothing to evict: the store below
+has them), from any store of the thread, oldest first. Unlike Kafka Streams, a read that finds no value is
+cached too (as an absent entry), and clean entries are evicted in the order they were cached (Kafka Streams:
+least recently used). Window and session stores keep none: their reads are range scans, and their segments
+drop expired windows below the cache.
 """
 
 from __future__ import annotations
@@ -22,13 +32,15 @@ ENTRY_OVERHEAD = 120
 
 
 class CacheBudget:
-    """``statestore.cache.max.bytes`` shared by every cached store of one stream thread."""
+    """``statestore.cache.max.bytes`` shared by every cached store of one stream thread, and the caches that share
+    it (an eviction frees clean entries of any of them before it writes dirty ones through)."""
 
-    __slots__ = ("max_bytes", "used")
+    __slots__ = ("caches", "max_bytes", "used")
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.used = 0
+        self.caches: list[StoreCache] = []
 
 
 def cache_budget(max_bytes: int) -> CacheBudget | None:
@@ -44,16 +56,29 @@ def cache_budget(max_bytes: int) -> CacheBudget | None:
 # forwards them downstream.
 Entry = tuple[bytes | None, int, Any, Any]
 
+MISSING: Any = object()  # what a clean-entry lookup gives for a key without one
+
+
+def _entry_bytes(key: bytes, value: bytes | None) -> int:
+    return len(key) + ENTRY_OVERHEAD + (len(value) if value is not None else 0)
+
 
 class StoreCache:
-    """Dirty entries of one store in write order. ``evict`` is called with the oldest entries when the
-    shared budget is exceeded; ``flush`` hands over every dirty entry. Either way the store writes them to the
-    inner store and the changelog, forgets them (:meth:`forget`), and forwards them downstream."""
+    """Dirty entries of one store in write order (``entries``), and clean ones in the order they were cached
+    (``clean``: key -> the value the layers below hold, None if they hold none; only when ``keep_clean``).
 
-    def __init__(self, budget: CacheBudget, evict: Callable[[list[tuple[bytes, Entry]]], None]) -> None:
+    ``evict`` is called with the oldest dirty entries when the shared budget is exceeded and no clean entry is
+    left to drop; ``flush`` hands over every dirty entry. Either way the store writes them to the inner store and
+    the changelog, forgets them (:meth:`forget`, which keeps them as clean), and forwards them downstream."""
+
+    def __init__(self, budget: CacheBudget, evict: Callable[[list[tuple[bytes, Entry]]], None],
+                 keep_clean: bool = False) -> None:
         self.entries: dict[bytes, Entry] = {}
+        self.clean: dict[bytes, bytes | None] = {}
+        self.keep_clean = keep_clean
         self._budget = budget
         self._evict = evict
+        budget.caches.append(self)
 
     def get(self, key: bytes) -> Entry | None:
         return self.entries.get(key)
@@ -70,36 +95,85 @@ class StoreCache:
         if budget.used > budget.max_bytes:
             self._evict_oldest()
 
+    def remember(self, key: bytes, value: bytes | None) -> None:
+        """Keep what the layers below hold for ``key`` (a read went below for it) as a clean entry."""
+        if not self.keep_clean:
+            return
+        clean, budget = self.clean, self._budget
+        old = clean.pop(key, MISSING)
+        budget.used += _entry_bytes(key, value) - (0 if old is MISSING else _entry_bytes(key, old))
+        clean[key] = value
+        if budget.used > budget.max_bytes:
+            self._evict_oldest()
+
     def _evict_oldest(self) -> None:
-        target = self._budget.max_bytes * 0.9
+        """Bring the budget under 90% of its maximum: clean entries first (this store's, then the other stores'),
+        then this store's oldest dirty entries, written through."""
+        budget = self._budget
+        target = budget.max_bytes * 0.9
+        for cache in (self, *(cache for cache in budget.caches if cache is not self)):
+            cache.drop_clean(budget.used - target)
+            if budget.used <= target:
+                return
         evicted = []
         freed = 0
         for key, entry in self.entries.items():
-            if self._budget.used - freed <= target:
+            if budget.used - freed <= target:
                 break
             evicted.append((key, entry))
-            freed += len(key) + ENTRY_OVERHEAD + (len(entry[0]) if entry[0] is not None else 0)
+            freed += _entry_bytes(key, entry[0])
         if evicted:
             self._evict(evicted)
 
-    def forget(self, written: list[tuple[bytes, Entry]]) -> None:
-        """Drop entries that were written through (so a concurrent reader never sees a gap), unless they were
-        overwritten meanwhile."""
+    def drop_clean(self, at_least: float = float("inf")) -> None:
+        """Drop clean entries, oldest first, until ``at_least`` bytes are freed (all of them by default: the layers
+        below changed without this cache, as a restore changes them)."""
+        clean = self.clean
+        if not clean:
+            return
+        if at_least == float("inf"):
+            self._budget.used -= sum(_entry_bytes(key, value) for key, value in clean.items())
+            clean.clear()
+            return
+        dropped, freed = [], 0
+        for key, value in clean.items():
+            if freed >= at_least:
+                break
+            dropped.append(key)
+            freed += _entry_bytes(key, value)
+        for key in dropped:
+            del clean[key]
+        self._budget.used -= freed
+
+    def forget(self, written: list[tuple[bytes, Entry]], keep_clean: bool = True) -> None:
+        """Drop dirty entries that were written through (so a concurrent reader never sees a gap), unless they were
+        overwritten meanwhile, and keep what they wrote as clean entries (the layers below hold it now). The budget
+        does not grow: a clean entry takes the bytes its dirty one gave back."""
+        entries, clean, budget = self.entries, self.clean, self._budget
+        keep = keep_clean and self.keep_clean
         for key, entry in written:
-            if self.entries.get(key) is entry:
-                del self.entries[key]
-                self._budget.used -= len(key) + ENTRY_OVERHEAD + (len(entry[0]) if entry[0] is not None else 0)
+            value = entry[0]
+            if entries.get(key) is entry:
+                del entries[key]
+                budget.used -= _entry_bytes(key, value)
+            if keep:
+                old = clean.pop(key, MISSING)
+                budget.used += _entry_bytes(key, value) - (0 if old is MISSING else _entry_bytes(key, old))
+                clean[key] = value
 
     def flush(self, write: Callable[[list[tuple[bytes, Entry]]], None]) -> None:
-        """Hand every entry, oldest write first, to ``write`` (which forgets them once written through)."""
+        """Hand every dirty entry, oldest write first, to ``write`` (which forgets them once written through)."""
         entries = list(self.entries.items())
         if entries:
             write(entries)
 
     def discard(self) -> None:
-        """Drop every entry unwritten and give its bytes back to the budget (a dirty close: under exactly-once
-        the writes belonged to an aborted transaction)."""
-        self.forget(list(self.entries.items()))
+        """Drop every entry, the dirty ones unwritten, and give their bytes back to the budget (a close; after a
+        dirty one, under exactly-once, the writes belonged to an aborted transaction); the cache leaves the budget."""
+        self.forget(list(self.entries.items()), keep_clean=False)
+        self.drop_clean()
+        if self in self._budget.caches:
+            self._budget.caches.remove(self)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -117,13 +191,15 @@ class CachingBytesStore:
     held before (read only when ``send_old_values``, and for deletes: a key put and deleted between two
     flushes, never written through, is not reported). ``record_source()`` is what an entry keeps of the
     record that wrote it; ``forward`` hands each entry to the listener with it (:data:`FlushForward`).
+    With ``keep_clean`` (key-value stores) the cache keeps clean entries: :meth:`get` answers from them, and the
+    stream thread's reads (:meth:`StoreCache.remember`, through ``TypedKeyValueStore._reads``) add them.
     """
 
     def __init__(self, wrapped: BytesStore, budget: CacheBudget, record_source: Callable[[], Any] = lambda: None,
-                 forward: FlushForward = call_listener) -> None:
+                 forward: FlushForward = call_listener, keep_clean: bool = False) -> None:
         self.wrapped = wrapped
         self.name = wrapped.name
-        self.cache = StoreCache(budget, self._write_through)
+        self.cache = StoreCache(budget, self._write_through, keep_clean)
         self.listener: RawFlushListener | None = None
         self.send_old_values = False
         self._record_source = record_source
@@ -141,10 +217,13 @@ class CachingBytesStore:
         self.wrapped.open(directory)
 
     def get(self, key: bytes) -> bytes | None:
+        """The cached value, else the layers below's. A miss is not cached here: interactive queries read through
+        this from other threads, and only the store's own stream thread may add entries."""
         entry = self.cache.entries.get(key)
         if entry is not None:
             return entry[0]
-        return self.wrapped.get(key)
+        value = self.cache.clean.get(key, MISSING)
+        return self.wrapped.get(key) if value is MISSING else value
 
     def put(self, key: bytes, value: bytes | None, timestamp: int = 0, headers: Any = None) -> None:
         self.cache.put(key, value, timestamp, headers, self._record_source())
@@ -158,8 +237,9 @@ class CachingBytesStore:
         listener = self.listener
         olds: list[bytes | None] = []
         if listener is not None:
-            get, send_old = self.wrapped.get, self.send_old_values
-            olds = [get(key) if send_old or entry[0] is None else None for key, entry in entries]
+            send_old, clean, below = self.send_old_values, self.cache.clean.get, self.wrapped.get
+            olds = [(below(key) if (old := clean(key, MISSING)) is MISSING else old)
+                    if send_old or entry[0] is None else None for key, entry in entries]
         self.wrapped.put_all([(key, value, timestamp, headers) for key, (value, timestamp, headers, _) in entries])
         # Forgotten before they are forwarded, as Kafka Streams marks them clean before its flush listener runs
         # (NamedCache.flush): a failure downstream that stops the thread leaves no entry to flush again.
@@ -173,6 +253,7 @@ class CachingBytesStore:
             forward(source, listener, key, value, old if send_old else None, timestamp, headers)
 
     def write_batch(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        self.cache.drop_clean()  # the layers below change without the cache
         self.wrapped.write_batch(entries)
 
     def range(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:

@@ -11,6 +11,7 @@ from typing import Any
 from streaming.serdes import Serde
 from streaming.state.api import KeyValueStore, TimestampedKeyValueStore, ValueAndTimestamp
 from streaming.state.bytes_store import scan
+from streaming.state.caching import MISSING
 from streaming.state.layered import TIMESTAMP, LayeredStore, TimestampedValues
 
 
@@ -22,9 +23,12 @@ class TypedKeyValueStore(LayeredStore, KeyValueStore[Any, Any]):
     DSL operation that made it; the inner store and the changelog take the writes in batches at the
     commit (see :mod:`streaming.state.rocksdb`, :mod:`streaming.state.changelogging`). With caching,
     writes collect per key until the commit (or the thread's cache budget evicts them), and the flush
-    listener forwards each key's latest value once. Reads and scans see every write at once: scans lay
+    listener forwards each key's latest value once; the cache also keeps what reads found below it (clean
+    entries), so a looked-up table is read from memory. Reads and scans see every write at once: scans lay
     the layers' pending writes over the inner store (and never flush the cache).
     """
+
+    caches_reads = True
 
     def _stored(self, value: Any, timestamp: int) -> bytes | None:
         """A value as the layers hold it."""
@@ -49,18 +53,26 @@ class TypedKeyValueStore(LayeredStore, KeyValueStore[Any, Any]):
         return lookup
 
     def _reads(self) -> Callable[[bytes], bytes | None]:
-        """What the top layer's ``get`` does, with fewer Python calls per read: the change-logging layer only passes
-        reads on, so they go to the layer under it; over a cache, one function looks in the cache's entries and
-        then below (``CachingBytesStore.get``)."""
+        """What the top layer's ``get`` does, with fewer Python calls per read, for the stream thread that owns the
+        store: the change-logging layer only passes reads on, so they go to the layer under it; over a cache, one
+        function looks in the cache's dirty entries, then its clean ones, then below, and keeps what it found
+        below as a clean entry (Kafka Streams' ``CachingKeyValueStore.getInternal``)."""
         below = self.inner.get  # the layers' stack: cache (optional) -> change logging (optional) -> inner
         caching = self._caching
         if caching is None or self._store is not caching:
             return below if self._store is self._logging else self._store.get
-        cached = caching.cache.entries.get  # the cache's dict lives as long as the store
+        cache = caching.cache  # its dicts live as long as the store
+        dirty, clean, remember, missing = cache.entries.get, cache.clean.get, cache.remember, MISSING
 
         def read(key: bytes) -> bytes | None:
-            entry = cached(key)
-            return below(key) if entry is None else entry[0]
+            entry = dirty(key)
+            if entry is not None:
+                return entry[0]
+            value = clean(key, missing)
+            if value is missing:
+                value = below(key)
+                remember(key, value)
+            return value
         return read
 
     # -- writes -----------------------------------------------------------------------------------------------

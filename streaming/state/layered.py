@@ -39,6 +39,7 @@ class LayeredStore(StateStore):
     changelog holds the plain value, with the timestamp as the record's)."""
 
     timestamped = False  # whether restore batches carry each record's timestamp (see restore_batch)
+    caches_reads = False  # whether the record cache keeps clean entries (key-value stores: streaming.state.caching)
 
     def __init__(self, name: str, inner: BytesStore, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,
                  logging_enabled: bool = True, caching_enabled: bool = False) -> None:
@@ -72,7 +73,7 @@ class LayeredStore(StateStore):
             store = self._logging = ChangeLoggingBytesStore(store, context.changelogger(self.name), self.timestamped)
         if self.caching_enabled and context.cache_budget is not None:
             store = self._caching = CachingBytesStore(store, context.cache_budget, context.record_source,
-                                                      context.forward_flushed)
+                                                      context.forward_flushed, self.caches_reads)
         self._store = store
         context.register(self)
 
@@ -124,6 +125,8 @@ class LayeredStore(StateStore):
     def restore_batch(self, entries: list[Any]) -> None:
         """Apply changelog records to the inner store directly (no cache, no logging): ``(key, value)``, or
         ``(key, value, record timestamp)`` for timestamped stores (the timestamp is the value's)."""
+        if self._caching is not None:
+            self._caching.cache.drop_clean()  # the inner store changes without the cache
         if self.timestamped:
             pack = TIMESTAMP.pack
             self.inner.write_batch([(key, None if value is None else pack(timestamp) + value)
