@@ -306,10 +306,13 @@ class StoreChangelogReader:
         """
         if not tps:
             return {}
+        # One ListOffsets request for every partition (the timestamp -1 asks for "latest"), not one per partition.
+        latest = self._consumer.offsets_for_times([TopicPartition(*tp, -1) for tp in tps], timeout=timeout)
         lower = {}
-        for tp in tps:
-            _, high = self._consumer.get_watermark_offsets(TopicPartition(*tp), timeout=timeout, cached=False)
-            lower[tp] = max(high, 0)
+        for tp in latest:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            lower[(tp.topic, tp.partition)] = max(tp.offset, 0)
         reader = Consumer({**self._config, "group.id": f"{self._group}-end-offsets"})
         ends: dict[TP, int] = {}
         try:
@@ -320,7 +323,7 @@ class StoreChangelogReader:
                     missing = sorted(set(tps) - set(ends))
                     raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
                                                     f"no partition EOF for changelogs {missing} within {timeout} s"))
-                for message in reader.consume(10_000, 0.1):
+                for message in reader.consume(10_000, 0.01):  # it waits the whole 0.01 s unless 10,000 came
                     error = message.error()
                     tp = (message.topic(), message.partition())
                     if error is None:

@@ -281,7 +281,7 @@ class AssignmentReader:
     def _catch_up(self) -> None:
         deadline = time.monotonic() + self._timeout
         partition = TopicPartition(self.topic, 0)
-        wait = 0.0 if self._at_end_once else 0.1
+        wait = 0.0 if self._at_end_once else 0.01  # consume(n, wait) waits the whole wait unless n arrive: keep it short
         while True:
             for message in self._consumer.consume(1000, wait):
                 self._apply(message)
@@ -292,7 +292,7 @@ class AssignmentReader:
             if time.monotonic() > deadline:
                 raise StreamsError(f"interactive queries: cannot read the metadata topic {self.topic!r} to its end "
                                    f"within {self._timeout} s (at offset {self._position})")
-            wait = 0.02
+            wait = 0.01
 
     def _apply(self, message: Any) -> None:
         error = message.error()
