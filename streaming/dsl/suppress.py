@@ -20,7 +20,8 @@ forwarded one deleted from it, in the same commit as the input offsets, so a res
 nor repeats a final result. The store takes the buffer's changes at the commit, the latest per key (Kafka
 Streams' ``InMemoryTimeOrderedKeyValueBuffer`` logs its dirty keys at flush): an update held and forwarded
 between two commits leaves no trace in it. Held updates keep their key, value and timestamp; their headers are not
-kept (forwarded results carry none). Deletes are held like any update (``Change(None, old)``, the old value
+kept (forwarded results carry none). An update held since it arrived is forwarded with the key and value objects
+it came with (no serde round trip); one restored from the changelog is deserialized from its stored bytes. Deletes are held like any update (``Change(None, old)``, the old value
 only when a node downstream asked for it). When one leaves the buffer: final-results suppression drops it
 (a window whose aggregate was removed — a session merged into another — has no final result), time-limit
 suppression forwards it as a delete, as Kafka Streams (``KTableSuppressProcessor.shouldForward``: tombstones
@@ -253,24 +254,24 @@ class SuppressOperator:
         bounded = config.bounded
         name = self.store_name
 
-        # The held updates: key bytes -> (buffer time, record timestamp, stored bytes); a heap orders them
-        # by buffer time (entries whose buffer time changed are skipped when popped).
-        held: dict[bytes, tuple[int, int, bytes]] = {}
+        # The held updates: key bytes -> (buffer time, record timestamp, stored bytes, key, Change to forward); a
+        # heap orders them by buffer time (entries whose buffer time changed are skipped when popped). An update
+        # held by this node keeps the key and Change it came with, which it forwards as they came (no decoding);
+        # one restored from the changelog has None there and is decoded from its stored bytes.
+        held: dict[bytes, tuple[int, int, bytes, Any, Change | None]] = {}
         queue: list[tuple[int, bytes]] = []
         size = [0]
         observed = context.observed_stream_time(name)  # the highest update timestamp seen: this node's stream time
         for raw, data in store.all():  # what the changelog restored
             buffer_time, timestamp = _TIMES.unpack_from(data)
-            held[raw] = (buffer_time, timestamp, data)
+            held[raw] = (buffer_time, timestamp, data, None, None)
             queue.append((buffer_time, raw))
             size[0] += len(raw) + len(data)
         heapq.heapify(queue)
 
-        def forward(raw: bytes, timestamp: int, new_raw: bytes | None, old_raw: bytes | None) -> None:
-            if new_raw is None and final:
-                return
-            downstream(kde(raw), Change(None if new_raw is None else vde(new_raw),
-                                        None if old_raw is None else vde(old_raw)), timestamp, None)
+        def restored_change(data: bytes) -> Change:
+            new_raw, old_raw = decode_change(data[16:])
+            return Change(None if new_raw is None else vde(new_raw), None if old_raw is None else vde(old_raw))
 
         def evict_one() -> None:
             buffer_time, raw = heapq.heappop(queue)
@@ -280,18 +281,22 @@ class SuppressOperator:
             del held[raw]
             size[0] -= len(raw) + len(entry[2])
             store.release(raw)
-            forward(raw, entry[1], *decode_change(entry[2][16:]))
+            key, change = entry[3], entry[4]
+            if change is None:
+                key, change = kde(raw), restored_change(entry[2])
+            if change[0] is not None or not final:
+                downstream(key, change, entry[1], None)
 
         def full() -> bool:
             return (max_records is not None and len(held) > max_records) or \
                 (max_bytes is not None and size[0] > max_bytes)
 
-        def hold(raw: bytes, buffer_time: int, timestamp: int, new_raw: bytes | None, old_raw: bytes | None,
-                 previous: tuple[int, int, bytes] | None) -> None:
+        def hold(raw: bytes, key: Any, change: Change, buffer_time: int, timestamp: int, new_raw: bytes | None,
+                 old_raw: bytes | None, previous: tuple[int, int, bytes, Any, Change | None] | None) -> None:
             data = _TIMES.pack(buffer_time, timestamp) + encode_change(new_raw, old_raw)
             if previous is not None:
                 size[0] -= len(raw) + len(previous[2])
-            held[raw] = (buffer_time, timestamp, data)
+            held[raw] = (buffer_time, timestamp, data, key, change)
             size[0] += len(raw) + len(data)
             store.hold(raw, data)
             if previous is None:
@@ -302,11 +307,14 @@ class SuppressOperator:
             previous = held.get(raw)
             if previous is None:
                 buffer_time = key[1][1] if final else timestamp
-                old_raw = None if change[1] is None or not send_old else vser(change[1])
-            else:
+                old = change[1] if send_old else None
+                old_raw = None if old is None else vser(old)
+            else:  # the old value stays the one the first held update came with
                 buffer_time = previous[0]
                 old_raw = decode_change(previous[2][16:])[1]
+                old = (previous[4] or restored_change(previous[2]))[1]
             new_raw = None if change[0] is None else vser(change[0])
+            held_change = change if old is change[1] else Change(change[0], old)
             if timestamp > observed.time:
                 observed.time = timestamp
             expiry = observed.time - delay
@@ -318,11 +326,12 @@ class SuppressOperator:
                     while queue and queue[0] < (buffer_time, raw):
                         evict_one()
                 except BaseException:
-                    hold(raw, buffer_time, timestamp, new_raw, old_raw, None)
+                    hold(raw, key, held_change, buffer_time, timestamp, new_raw, old_raw, None)
                     raise
-                forward(raw, timestamp, new_raw, old_raw)
+                if held_change[0] is not None or not final:
+                    downstream(key, held_change, timestamp, None)
             else:
-                hold(raw, buffer_time, timestamp, new_raw, old_raw, previous)
+                hold(raw, key, held_change, buffer_time, timestamp, new_raw, old_raw, previous)
             while queue and queue[0][0] <= expiry:
                 evict_one()
             if bounded and full():
