@@ -28,11 +28,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from streaming.dsl.change import Change
+from streaming.dsl.change import Change, changed
 from streaming.runtime.context import fan_out
 from streaming.topology.nodes import Emit
 from streaming.windows.specs import SessionWindows, SlidingWindows, TimeWindows
-from streaming.windows.window import Window, Windowed
+from streaming.windows.window import Window, Windowed, window_of, windowed_of
 
 Step = Callable[[Any, Any, Any], Any]  # step(key, value, old aggregate or None) -> new aggregate
 
@@ -66,7 +66,7 @@ class _WindowedOperator:
         downstream = fan_out([emit for name, emit in children.items() if name != self.late_sink])
 
         def on_flush(windowed: Windowed, new: Any, old: Any, timestamp: int, headers: Any) -> None:
-            downstream(windowed, Change(new, old), timestamp, headers)
+            downstream(windowed, changed((new, old)), timestamp, headers)
         cached = store.set_flush_listener(on_flush, self.send_old_values)
         return store, downstream, late, cached
 
@@ -104,8 +104,8 @@ class TimeWindowAggregate(_WindowedOperator):
                 new_timestamp = max(timestamp, old[1])
             put(raw, new, new_timestamp, start, headers)
             if not cached:
-                downstream(Windowed(key, Window(start, end)),
-                           Change(new, old[0] if send_old and old is not None else None), new_timestamp, headers)
+                downstream(windowed_of((key, window_of((start, end)))),
+                           changed((new, old[0] if send_old and old is not None else None)), new_timestamp, headers)
 
         def late_record(timestamp: int, start: int, end: int, close: int) -> None:
             drop(f"record at {timestamp} for closed window [{start}, {end}) (stream time - grace = {close})", late=True)

@@ -22,18 +22,20 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 from streaming.serdes import Serde
 from streaming.state.api import ValueAndTimestamp
 from streaming.state.bytes_store import BytesStore, scan
 from streaming.state.layered import LayeredStore, TimestampedValues
-from streaming.windows.window import Window, Windowed
+from streaming.windows.window import Windowed, window_of, windowed_of
 
 _LONG = struct.Struct(">q")
 _START_SEQ = struct.Struct(">qi")
 _SUFFIX = 12  # window start + sequence number
 _MAX_TIME = (1 << 63) - 1
+_value_and_timestamp = partial(tuple.__new__, ValueAndTimestamp)  # ValueAndTimestamp(v, t) without its Python call
 
 
 def window_start_of(store_key: bytes) -> int:
@@ -159,7 +161,7 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
 
     def _windowed(self, raw: bytes) -> Windowed:
         start = _LONG.unpack_from(raw, len(raw) - _SUFFIX)[0]
-        return Windowed(self._kde(raw[:-_SUFFIX]), Window(start, start + self.window_size_ms))
+        return windowed_of((self._kde(raw[:-_SUFFIX]), window_of((start, start + self.window_size_ms))))
 
     # -- writes ---------------------------------------------------------------------------------------------------
     def put(self, key: Any, value: Any, window_start: int) -> None:
@@ -203,7 +205,7 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
         if window_start < self.expiry_floor():
             return None
         data = self._store.get(raw_key + _START_SEQ.pack(window_start, 0))
-        return None if data is None else ValueAndTimestamp(self._vde(data[8:]), _LONG.unpack_from(data)[0])
+        return None if data is None else _value_and_timestamp((self._vde(data[8:]), _LONG.unpack_from(data)[0]))
 
     def fetch(self, key: Any, time_from: int, time_to: int | None = None) -> Any:
         """``fetch(key, window_start)``: the value of one window (or None). ``fetch(key, time_from,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, NamedTuple
 
 
@@ -34,3 +35,9 @@ class Windowed(NamedTuple):
     @property
     def end(self) -> int:
         return self.window.end
+
+
+#: ``window_of((start, end))`` is ``Window(start, end)``, and ``windowed_of((key, window))`` ``Windowed(key, window)``,
+#: without the NamedTuple constructor's Python call (per-record and per-flushed-entry paths).
+window_of = partial(tuple.__new__, Window)
+windowed_of = partial(tuple.__new__, Windowed)
