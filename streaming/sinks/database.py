@@ -21,7 +21,8 @@ Semantics:
 
 * **Batched, at the commit.** Each task buffers its rows, newest per key (the highest version; the last one at
   equal versions), and writes them when it commits, after its stores are flushed and before its offsets are
-  committed: one transaction and one executemany per flush (PyMySQL and psycopg send it as multi-row INSERTs).
+  committed: one transaction and one executemany per flush (PyMySQL sends it as multi-row INSERTs, psycopg as one
+  pipeline), the rows' values handed to the driver as they are (:func:`~streaming.sinks.upserts.upsert_writer`).
   An offset is committed only after what its records wrote is in the database (at-least-once).
 * **Idempotent replay.** Each row carries the application's reset epoch (``epoch_column``: ``none`` is 0) and
   the version the ``row`` function gives (``version_column``: a counter the user keeps in the table's value,
@@ -62,7 +63,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
 from streaming.config_sources import resolve_references
 from streaming.errors import ConfigError, ProductionError
-from streaming.sinks.upserts import DIALECTS, upsert_statement
+from streaming.sinks.upserts import DIALECTS, UpsertWriter, upsert_statement, upsert_writer
 from streaming.topology.nodes import Emit
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,7 @@ class DatabaseSink:
         self.engine = _engine(url, table, dict(engine_options or {}))
         self.dialect = self.engine.dialect.name
         self.statement = upsert_statement(self.dialect, table, self.epoch, self.version)
+        self._writer: UpsertWriter | None = None  # compiled at the first write, once the dialect knows its server
         self._table_ready = not create_table
         self._lock = threading.Lock()
 
@@ -140,13 +142,16 @@ class DatabaseSink:
                     self._table_ready = True
 
     def write(self, rows: list[Row]) -> None:
-        """Upsert ``rows`` in one transaction, one executemany (creating the table first if asked, once).
-        Raises SQLAlchemy's errors as they are."""
+        """Upsert ``rows`` in one transaction, one executemany (creating the table first if asked, once; see
+        :func:`~streaming.sinks.upserts.upsert_writer` for how the rows reach the driver). Raises SQLAlchemy's errors
+        as they are."""
         self.ensure_table()
         if not rows:
             return
         with self.engine.begin() as connection:
-            connection.execute(self.statement, rows)
+            if self._writer is None:
+                self._writer = upsert_writer(self.statement, connection.dialect, self.row_columns | {self.epoch.name})
+            self._writer(connection, rows)
 
     def reachable(self) -> bool:
         """Whether the database answers a trivial query now (tells a rejected row from a database that is down)."""
