@@ -17,7 +17,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streaming.errors import ChangelogMissingError, StreamsError
 from streaming.metrics.collector import RestoreSample
-from streaming.runtime.client_configs import restore_consumer_config
+from streaming.runtime.client_configs import (
+    STARVED_AFTER_S,
+    STARVED_FETCH_WAIT_MS,
+    restore_consumer_config,
+    starved_reader_config,
+)
 from streaming.runtime.snapshots import NoSnapshots, SnapshotSource, seed_from_snapshots
 from streaming.runtime.task_timeouts import DEFAULT_TASK_TIMEOUT_MS, TaskTimeouts, is_transient
 
@@ -53,6 +58,7 @@ class _Restoring:
     started: bool = False
     began_at: float = field(default_factory=time.monotonic)
     start_verified: bool = False  # the start offset was checked against the changelog's true end
+    quiet_since: float = field(default_factory=time.monotonic)  # no record or partition EOF since (monotonic s)
 
 
 class StoreChangelogReader:
@@ -133,6 +139,7 @@ class StoreChangelogReader:
         if batch and batch_tp is not None:
             self._apply(batch_tp, batch)
         finished.extend(self._complete_caught_up())
+        self._widen_fetch_wait_if_starved()
         self._learn_ends()
         self._verify_silent_starts()
         self._log_progress()
@@ -154,6 +161,31 @@ class StoreChangelogReader:
             summary=f"cannot restore {what}: changelog {tp[0]}[{tp[1]}] has no record{position}, which local state "
                     f"or the snapshot claims (the topic was recreated or truncated)",
             app_dir=state.task.state.app_dir if state is not None else None)
+
+    def _widen_fetch_wait_if_starved(self) -> None:
+        """An active restore that got neither a record nor partition EOF for STARVED_AFTER_S is starved by a short
+        fetch wait (:func:`starved_reader_config`): go on with a restore consumer that waits longer per fetch. Every
+        changelog partition (standbys too) goes on from its position. Standbys alone never count: one that caught
+        up gets nothing until its changelog grows."""
+        if int(self._config["fetch.wait.max.ms"]) >= STARVED_FETCH_WAIT_MS:
+            return
+        now = time.monotonic()
+        starved = sorted(f"{tp[0]}[{tp[1]}]" for tp, state in self._restoring.items()
+                         if not state.standby and now - state.quiet_since >= STARVED_AFTER_S)
+        if not starved:
+            return
+        self._config = starved_reader_config(self._config)
+        log.info("the restore consumer got neither records nor partition EOF from %s for %.0f s: it goes on with "
+                 "fetch.wait.max.ms=%s (a broker whose storage answers slower than the fetch wait brings nothing "
+                 "within it: docs/broker-limits.md, fetch time budget)", ", ".join(starved), STARVED_AFTER_S,
+                 self._config["fetch.wait.max.ms"])
+        self._consumer.close()
+        self._consumer = Consumer(self._config)
+        for state in self._restoring.values():
+            state.quiet_since = now
+        if self._restoring:
+            self._consumer.incremental_assign([TopicPartition(*tp, state.position)
+                                               for tp, state in self._restoring.items()])
 
     def _learn_ends(self) -> None:
         """Note the end of each changelog partition whose restore has not started (no record applied yet) once a
@@ -248,6 +280,7 @@ class StoreChangelogReader:
         end = messages[-1].offset() + 1
         state.restored += len(messages)
         state.position = end
+        state.quiet_since = time.monotonic()
         _, high = self._consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
         state.end = max(state.end, high, end)
         key = (state.store.name, *tp)

@@ -18,6 +18,11 @@ GROUP_MEMBER_KEYS = ("group.id", "partition.assignment.strategy", "session.timeo
                      "group.instance.id", "enable.auto.offset.store")
 #: The restore consumer's longest fetch wait (see :func:`restore_consumer_config`).
 RESTORE_FETCH_WAIT_MS = 20
+#: A reader whose partition gets neither a record nor partition EOF this long is starved by its fetch wait
+#: (see :func:`starved_reader_config`).
+STARVED_AFTER_S = 2.0
+#: The fetch wait a starved reader is given instead: librdkafka's default.
+STARVED_FETCH_WAIT_MS = 500
 
 
 def _without_group(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -40,6 +45,25 @@ def restore_consumer_config(consumer_config: Mapping[str, Any]) -> dict[str, Any
     return {**_without_group(consumer_config), "fetch.wait.max.ms": str(fetch_wait), "enable.auto.commit": "false",
             "enable.partition.eof": "true", "auto.offset.reset": "error",
             "group.id": f"{consumer_config['group.id']}-restore"}
+
+
+def starved_reader_config(reader_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of a reader (the restore consumer, the stream-time reader) that got neither records nor
+    partition EOF from one of its partitions for :data:`STARVED_AFTER_S`: the same, with a fetch wait of at
+    least :data:`STARVED_FETCH_WAIT_MS`.
+
+    The embedded broker on S3 storage gives a fetch ``fetch.wait.max.ms`` of its time, and lists the partition's
+    objects (one per record batch) at each fetch; under load the listing outlasts the readers' 20 ms and the fetch
+    comes back with nothing, every time (docs/broker-limits.md, "fetch time budget"). Measured with a plain
+    consumer reading 30 one-record batches (a stream-time partition) from S3 storage shared with 4 tail-following
+    consumers and a producer: 0 or 1 of the 30 in 300 s with a 20 ms wait (3 tries), all in 22-50 s with 200 ms,
+    in 9 s with 500 ms; in 0.2-0.9 s with any wait when nothing else used the broker. Kafka answers a fetch at
+    once when it has records to give, and with partition EOF within the wait when it has none (so does the
+    embedded broker's memory storage, but past a partition's end, which a restore checks for itself): a reader
+    that gets neither for seconds is starved (or the broker is down, when the wait does not matter), and only then
+    pays the longer wait, at each partition EOF."""
+    wait = max(int(reader_config.get("fetch.wait.max.ms", 0)), STARVED_FETCH_WAIT_MS)
+    return {**reader_config, "fetch.wait.max.ms": str(wait)}
 
 
 def stream_time_reader_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:

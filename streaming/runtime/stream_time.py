@@ -53,7 +53,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streaming.errors import StreamsError
-from streaming.runtime.client_configs import stream_time_reader_config
+from streaming.runtime.client_configs import (
+    STARVED_AFTER_S,
+    STARVED_FETCH_WAIT_MS,
+    starved_reader_config,
+    stream_time_reader_config,
+)
 from streaming.runtime.task_timeouts import DEFAULT_TASK_TIMEOUT_MS, TaskTimeouts, is_transient
 from streaming.topology.topology import Subtopology, Topology
 
@@ -250,7 +255,15 @@ class _TailRead:
     span: list[StreamTimeRecord] = field(default_factory=list)  # the records of this span read so far
     records: list[StreamTimeRecord] = field(default_factory=list)  # those of the later spans, read before
     moved: bool = False  # a record or partition EOF came since the last poll
+    quiet_since: float = field(default_factory=time.monotonic)  # no record or partition EOF since (monotonic s)
     problem: str = ""  # what the reader last said went wrong (a transient error)
+
+    def resume_at(self) -> int:
+        """Where a new reader goes on with this read: after its last record, at its span's start, or (a tail with
+        no record yet) at the tail."""
+        if self.position is not None:
+            return self.position
+        return self.start if self.start is not None else _OFFSET_TAIL_BASE - TAIL_RECORDS
 
     def where(self) -> str:
         """Which offset the read waits for, for the message of a task that makes no progress."""
@@ -414,14 +427,20 @@ class StreamTimeRecovery:
             return
         if self._reader is None:
             self._reader = Consumer(self._reader_config)
+        for read in reads:
+            self._reads[read.tp] = read
+        self._assign(reads)
+
+    def _assign(self, reads: Iterable[_TailRead]) -> None:
+        """Give the reader ``reads``, each where it goes on (:meth:`_TailRead.resume_at`)."""
+        assert self._reader is not None
+        reads = list(reads)
         for topic in sorted({read.tp[0] for read in reads}):
             try:  # librdkafka resolves a logical offset at once when it knows the partition's leader, else 500 ms later
                 self._reader.list_topics(topic, timeout=METADATA_WAIT_S)
             except KafkaException as exc:
                 log.debug("no metadata of %s for the stream-time reader yet (%s); it asks again itself", topic, exc)
-        for read in reads:
-            self._reads[read.tp] = read
-        self._reader.incremental_assign([TopicPartition(*read.tp, _OFFSET_TAIL_BASE - TAIL_RECORDS) for read in reads])
+        self._reader.incremental_assign([TopicPartition(*read.tp, read.resume_at()) for read in reads])
 
     def _end_read(self, read: _TailRead) -> None:
         del self._reads[read.tp]
@@ -465,12 +484,35 @@ class StreamTimeRecovery:
                 read.span.append(decode_record(message.value(), f"{tp[0]}[{tp[1]}] offset {offset}"))
         for tp, end in ended.items():
             self._end_span(self._reads[tp], end)
+        now = time.monotonic()
         for read in list(self._reads.values()):
             if read.moved:
                 read.moved = False
+                read.quiet_since = now
                 self._timeouts.progressed(read.task)
             else:
                 self._timeouts.failed(read.task, read.task.id, self._stalled(read))
+        starved = [read for read in self._reads.values() if now - read.quiet_since >= STARVED_AFTER_S]
+        if starved and int(self._reader_config["fetch.wait.max.ms"]) < STARVED_FETCH_WAIT_MS:
+            self._widen_fetch_wait(starved)
+
+    def _widen_fetch_wait(self, starved: list[_TailRead]) -> None:
+        """``starved`` got neither a record nor partition EOF for STARVED_AFTER_S: go on with a reader that waits
+        longer per fetch (:func:`starved_reader_config`), as the thread's later readers do. Every read goes on
+        where it was."""
+        assert self._reader is not None
+        self._reader_config = starved_reader_config(self._reader_config)
+        log.info("the stream-time reader got neither records nor partition EOF from %s for %.0f s: it goes on with "
+                 "fetch.wait.max.ms=%s (a broker whose storage answers slower than the fetch wait brings nothing "
+                 "within it: docs/broker-limits.md, fetch time budget)",
+                 ", ".join(sorted(f"{read.tp[0]}[{read.tp[1]}]" for read in starved)), STARVED_AFTER_S,
+                 self._reader_config["fetch.wait.max.ms"])
+        self._reader.close()
+        self._reader = Consumer(self._reader_config)
+        now = time.monotonic()
+        for read in self._reads.values():
+            read.quiet_since = now
+        self._assign(self._reads.values())
 
     def _end_span(self, read: _TailRead, end: int) -> None:
         """The span of ``read`` was read up to ``end``: initialize the task, or read the span before (four times
