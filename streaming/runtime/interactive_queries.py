@@ -440,6 +440,16 @@ class InteractiveQueries:
                   if host != self.identity.key}
         return announced_alive(others, int(time.time() * 1000))
 
+    def seconds_since_another_left(self) -> float | None:
+        """Seconds since the last other instance of this application announced its departure (its tombstone), or
+        None if none did. Read after :meth:`other_live_instances` (which catches up on the metadata topic)."""
+        with self._reader_lock:
+            reader = self._reader
+        if reader is None:
+            return None
+        left = [at for host, at in reader.departures().items() if host != self.identity.key]
+        return None if not left else max(0.0, time.time() - max(left) / 1000)
+
     def metadata_for_key(self, name: str, key: Any, key_serde: Serde[Any] | None = None,
                          partitioner: Partitioner | None = None) -> KeyQueryMetadata:
         if self.host is None:

@@ -58,6 +58,11 @@ from streaming.topology.topology import Topology
 
 log = logging.getLogger(__name__)
 
+#: A stream thread that would be alone in its group still settles before it leaves when another instance left this
+#: recently: that leave started a rebalance, and a member leaving in its middle leaves the embedded broker's group
+#: leaderless (docs/broker-limits.md). It takes ~3 s on the embedded broker; 30 s also covers a loaded machine.
+REBALANCE_AFTER_LEAVE_S = 30.0
+
 
 class State(enum.Enum):
     """Kafka Streams' client states."""
@@ -439,9 +444,11 @@ class KafkaStreams:
         self._iq = iq
 
     def _alone_in_group(self) -> bool:
-        """Whether this instance's one stream thread is the only member of the group: no other thread, and no
-        other instance alive by the announcements (False when they cannot be read: the stream thread then
-        settles before it leaves, :meth:`StreamThread._finish_join`)."""
+        """Whether this instance's one stream thread is the only member of the group, with no rebalance under way:
+        no other thread, no other instance alive by the announcements, and none that left in the last
+        :data:`REBALANCE_AFTER_LEAVE_S` (its leave starts a rebalance this thread must not leave in the middle of).
+        False when the announcements cannot be read: the stream thread then settles before it leaves
+        (:meth:`StreamThread._finish_join`)."""
         if self.config["num.stream.threads"] != 1 or self._iq is None:
             return False
         try:
@@ -449,7 +456,8 @@ class KafkaStreams:
         except (StreamsError, KafkaException) as exc:  # the metadata topic unreadable: assume company
             log.debug("cannot tell whether other instances run: %s", exc)
             return False
-        return not others
+        since_left = self._iq.seconds_since_another_left()
+        return not others and (since_left is None or since_left > REBALANCE_AFTER_LEAVE_S)
 
     def _stop_interactive_queries(self) -> None:
         """Stop answering HTTP, then announce this host's departure (tombstone)."""

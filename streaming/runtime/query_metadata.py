@@ -263,6 +263,7 @@ class AssignmentReader:
         self._timeout = timeout
         self._lock = threading.Lock()
         self._latest: dict[str, HostAnnouncement] = {}
+        self._departed: dict[str, int] = {}  # host -> the timestamp (ms) of its tombstone
         self._position = 0
         self._at_end_once = False
         self._refreshed = float("-inf")
@@ -277,6 +278,12 @@ class AssignmentReader:
                 self._catch_up()
                 self._refreshed = time.monotonic()
             return dict(self._latest)
+
+    def departures(self) -> dict[str, int]:
+        """The hosts that wrote a tombstone (left), each with its tombstone's timestamp in ms; read as
+        :meth:`announcements` reads (call that first to catch up)."""
+        with self._lock:
+            return dict(self._departed)
 
     def _catch_up(self) -> None:
         deadline = time.monotonic() + self._timeout
@@ -311,7 +318,9 @@ class AssignmentReader:
             return
         if message.value() is None:
             self._latest.pop(host, None)
+            self._departed[host] = message.timestamp()[1]
             return
+        self._departed.pop(host, None)
         try:
             self._latest[host] = decode_announcement(message.value(), message.offset(), message.timestamp()[1])
         except (ValueError, KeyError, TypeError) as exc:
