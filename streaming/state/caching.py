@@ -18,6 +18,12 @@ has them), from any store of the thread, oldest first. Unlike Kafka Streams, a r
 cached too (as an absent entry), and clean entries are evicted in the order they were cached (Kafka Streams:
 least recently used). Window and session stores keep none: their reads are range scans, and their segments
 drop expired windows below the cache.
+
+A window aggregate reads a window, then writes it (:meth:`CachingBytesStore.read_for_write`): when that read went
+below the cache, what it found is kept beside the dirty entry the write makes, and the flush forwards it as the old
+value instead of reading the layers below a second time (a suppress downstream asks for old values; Kafka Streams
+reads them again in ``CachingWindowStore.putAndMaybeForward``). It is dropped when the layers below change without
+the cache (a restore) and never outlives its dirty entry.
 """
 
 from __future__ import annotations
@@ -204,6 +210,10 @@ class CachingBytesStore:
         self.send_old_values = False
         self._record_source = record_source
         self._forward = forward
+        # What the layers below hold for dirty entries whose first write followed a read that went below
+        # (read_for_write), and that last read, until the next write consumes it.
+        self._below: dict[bytes, bytes | None] = {}
+        self._read: tuple[bytes, bytes | None] | None = None
 
     @property
     def persistent(self) -> bool:
@@ -225,21 +235,48 @@ class CachingBytesStore:
         value = self.cache.clean.get(key, MISSING)
         return self.wrapped.get(key) if value is MISSING else value
 
+    def read_for_write(self, key: bytes) -> bytes | None:
+        """:meth:`get` for the stream thread that owns the store, before it writes ``key``: a value read below the
+        cache is kept for the flush of that write (see the module doc). Never for other threads."""
+        entry = self.cache.entries.get(key)
+        if entry is not None:
+            return entry[0]
+        value = self.cache.clean.get(key, MISSING)
+        if value is MISSING:
+            value = self.wrapped.get(key)
+        self._read = (key, value)
+        return value
+
     def put(self, key: bytes, value: bytes | None, timestamp: int = 0, headers: Any = None) -> None:
+        read = self._read
+        if read is not None:
+            self._read = None
+            if read[0] == key and key not in self.cache.entries:
+                self._below[key] = read[1]
         self.cache.put(key, value, timestamp, headers, self._record_source())
 
     def put_all(self, writes: list[Write]) -> None:
+        self._read = None
         put, source = self.cache.put, self._record_source()
         for key, value, timestamp, headers in writes:
             put(key, value, timestamp, headers, source)
 
     def _write_through(self, entries: list[tuple[bytes, Entry]]) -> None:
-        listener = self.listener
+        listener, known = self.listener, self._below
+        self._read = None  # the layers below change now
         olds: list[bytes | None] = []
         if listener is not None:
             send_old, clean, below = self.send_old_values, self.cache.clean.get, self.wrapped.get
-            olds = [(below(key) if (old := clean(key, MISSING)) is MISSING else old)
-                    if send_old or entry[0] is None else None for key, entry in entries]
+            if known:
+                olds = [old if (old := known.pop(key, MISSING)) is not MISSING else
+                        (below(key) if (old := clean(key, MISSING)) is MISSING else old)
+                        if send_old or entry[0] is None else None for key, entry in entries]
+            else:
+                olds = [(below(key) if (old := clean(key, MISSING)) is MISSING else old)
+                        if send_old or entry[0] is None else None for key, entry in entries]
+        if known:
+            for key, _ in entries:
+                known.pop(key, None)
         self.wrapped.put_all([(key, value, timestamp, headers) for key, (value, timestamp, headers, _) in entries])
         # Forgotten before they are forwarded, as Kafka Streams marks them clean before its flush listener runs
         # (NamedCache.flush): a failure downstream that stops the thread leaves no entry to flush again.
@@ -253,8 +290,15 @@ class CachingBytesStore:
             forward(source, listener, key, value, old if send_old else None, timestamp, headers)
 
     def write_batch(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
-        self.cache.drop_clean()  # the layers below change without the cache
+        self.below_changed()
         self.wrapped.write_batch(entries)
+
+    def below_changed(self) -> None:
+        """The layers below change without the cache (a restore): forget what it knows of them (clean entries, the
+        values read before writes)."""
+        self.cache.drop_clean()
+        self._below.clear()
+        self._read = None
 
     def range(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         return self.wrapped.range(lo, hi)
@@ -279,4 +323,6 @@ class CachingBytesStore:
         """Close without flushing: a clean close flushed first (the task's suspend), so what is left is
         dropped (a dirty close), its bytes given back to the thread's budget."""
         self.cache.discard()
+        self._below.clear()
+        self._read = None
         self.wrapped.close()

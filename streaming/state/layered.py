@@ -126,7 +126,7 @@ class LayeredStore(StateStore):
         """Apply changelog records to the inner store directly (no cache, no logging): ``(key, value)``, or
         ``(key, value, record timestamp)`` for timestamped stores (the timestamp is the value's)."""
         if self._caching is not None:
-            self._caching.cache.drop_clean()  # the inner store changes without the cache
+            self._caching.below_changed()  # the inner store changes without the cache
         if self.timestamped:
             pack = TIMESTAMP.pack
             self.inner.write_batch([(key, None if value is None else pack(timestamp) + value)

@@ -21,7 +21,7 @@ expired key). Session stores do the same by session end.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -206,6 +206,20 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
             return None
         data = self._store.get(raw_key + _START_SEQ.pack(window_start, 0))
         return None if data is None else _value_and_timestamp((self._vde(data[8:]), _LONG.unpack_from(data)[0]))
+
+    def owned_fetch(self) -> Callable[[bytes, int], ValueAndTimestamp | None]:
+        """:meth:`fetch_serialized` for the stream thread that owns the store, which writes the window it read (the
+        DSL's window aggregates; after :meth:`init`): a read that goes below the record cache is kept for the flush of
+        that write (:meth:`CachingBytesStore.read_for_write`), so the old value is not read twice."""
+        get = self._store.get if self._caching is None else self._caching.read_for_write
+        expiry_floor, pack, unpack, vde = self.expiry_floor, _START_SEQ.pack, _LONG.unpack_from, self._vde
+
+        def fetch(raw_key: bytes, window_start: int) -> ValueAndTimestamp | None:
+            if window_start < expiry_floor():
+                return None
+            data = get(raw_key + pack(window_start, 0))
+            return None if data is None else _value_and_timestamp((vde(data[8:]), unpack(data)[0]))
+        return fetch
 
     def fetch(self, key: Any, time_from: int, time_to: int | None = None) -> Any:
         """``fetch(key, window_start)``: the value of one window (or None). ``fetch(key, time_from,
