@@ -21,6 +21,13 @@ windowing was given a ``late_records_topic`` the record goes there (once, as it 
 
 Result timestamps: the highest record timestamp in the window (``max(record, previous aggregate)``);
 a session's is its end, which is the same thing.
+
+With a record cache, a time window's cached update is written through and forwarded when the window closes (when
+stream time - grace first reaches its end: the oldest cached writes, up to the first of a window still open), not
+only at the next commit or eviction. Nothing can change a closed window, so this forwards the same record the
+commit would, sooner (a ``suppress(until_window_closes)`` downstream emits the final then), and a close has only
+the open windows left to flush. Kafka Streams holds them until the commit (``CachingWindowStore``); session and
+sliding windows here still do.
 """
 
 from __future__ import annotations
@@ -93,6 +100,14 @@ class TimeWindowAggregate(_WindowedOperator):
         drop, step, send_old, grace = context.record_dropped, self.step, self.send_old_values, self.windows.grace_ms
         size, advance = self.windows.size_ms, self.windows.advance_ms
         windows_for = self.windows.windows_for
+        # With a record cache, windows that close are written through and forwarded as they close, not at the next
+        # commit (see the module doc): when stream time - grace reaches the end of the next window to close.
+        flush_closed = store.flush_closed if cached else None
+        next_close = [-(1 << 63)]
+
+        def windows_closed(close: int) -> None:
+            flush_closed(close - size)  # type: ignore[misc]  # every window starting then or before ends by close
+            next_close[0] = ((close - size) // advance + 1) * advance + size
 
         def update(key: Any, raw: bytes, value: Any, timestamp: int, headers: Any, start: int, end: int) -> None:
             """Aggregate the record into its open window ``[start, end)`` (``raw``: the key serialized)."""
@@ -118,6 +133,8 @@ class TimeWindowAggregate(_WindowedOperator):
                     return
                 if timestamp > observed.time:
                     observed.time = timestamp
+                    if flush_closed is not None and timestamp - grace >= next_close[0]:
+                        windows_closed(timestamp - grace)
                 start = timestamp - timestamp % size
                 if start + size <= observed.time - grace:
                     late_record(timestamp, start, start + size, observed.time - grace)
@@ -133,6 +150,8 @@ class TimeWindowAggregate(_WindowedOperator):
                 return
             if timestamp > observed.time:
                 observed.time = timestamp
+                if flush_closed is not None and timestamp - grace >= next_close[0]:
+                    windows_closed(timestamp - grace)
             close = observed.time - grace
             dropped = False
             raw = None  # serialized once, for the first open window

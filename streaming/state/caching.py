@@ -29,6 +29,7 @@ the cache (a restore) and never outlives its dirty entry.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 from streaming.state.bytes_store import BytesStore, FlushForward, Write, call_listener
@@ -288,6 +289,12 @@ class CachingBytesStore:
             if value is None and old is None:
                 continue
             forward(source, listener, key, value, old if send_old else None, timestamp, headers)
+
+    def write_through_oldest(self, count: int) -> None:
+        """Write the ``count`` oldest dirty entries through and forward them now, as an eviction does (a window
+        aggregate's windows that closed: nothing can change them any more, so holding them until the commit only
+        delays them)."""
+        self._write_through(list(islice(self.cache.entries.items(), count)))
 
     def write_batch(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
         self.below_changed()

@@ -191,6 +191,21 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
         self._store.put(store_key, None if value is None else _LONG.pack(timestamp) + self._vser(value), timestamp,
                         headers)
 
+    def flush_closed(self, until_start: int) -> None:
+        """Write through and forward now the cached windows that start at or before ``until_start`` (the caller's
+        closed windows), oldest write first, up to the first cached window that starts later (the rest wait for the
+        commit). No-op without a record cache."""
+        caching = self._caching
+        if caching is None:
+            return
+        unpack, count = _LONG.unpack_from, 0
+        for key in caching.cache.entries:
+            if unpack(key, len(key) - _SUFFIX)[0] > until_start:
+                break
+            count += 1
+        if count:
+            caching.write_through_oldest(count)
+
     # -- reads ----------------------------------------------------------------------------------------------------
     def key_bytes(self, key: Any) -> bytes:
         """``key`` serialized, as the store's keys begin (for :meth:`fetch_serialized`, :meth:`put_serialized`:
