@@ -100,10 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         ends = {source: H.load(run.bootstrap, source, H.orders(run.args.records))}
         cache = 10 * 1024 * 1024 if run.args.cache else 0
         sides = (("brook", "brook"),) if run.args.cache else (("loop", "loop"), ("brook", "brook"))
-        for label, kind in sides:
-            cfg = run.cfg(label, topics=[source], out=run.topic(f"out-{label}"), ends=ends, cache_bytes=cache,
-                          changelog=run.topic(f"changelog-{label}"))
-            run.side(label, kind, cfg, run.args.records, verify=verify(run.bootstrap, run.args.records, not cache))
+        check = verify(run.bootstrap, run.args.records, not cache)
+        for _ in run.rounds():
+            for label, kind in sides:
+                cfg = run.cfg(label, topics=[source], out=run.topic(f"out-{label}"), ends=ends, cache_bytes=cache,
+                              changelog=run.topic(f"changelog-{label}"))
+                run.side(label, kind, cfg, run.args.records, verify=check)
         if not cache:
             run.versus("loop", "brook", "loop", 0.6)
         return run.finish()

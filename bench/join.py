@@ -107,9 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         table, stream = run.topic("users"), run.topic("orders")
         ends = {table: H.load(run.bootstrap, table, users()), stream: H.load(run.bootstrap, stream,
                                                                                orders(run.args.records))}
-        for label in ("loop", "brook"):
-            run.side(label, label, run.cfg(label, topics=[table, stream], out=run.topic(f"out-{label}"), ends=ends),
-                     USERS + run.args.records, verify=verify(run.bootstrap, run.args.records))
+        check = verify(run.bootstrap, run.args.records)
+        for _ in run.rounds():
+            for label in ("loop", "brook"):
+                run.side(label, label, run.cfg(label, topics=[table, stream], out=run.topic(f"out-{label}"),
+                                               ends=ends), USERS + run.args.records, verify=check)
         run.versus("dict loop", "brook", "loop", 0.6)
         return run.finish()
 

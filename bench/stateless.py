@@ -61,9 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         source = run.topic("in")
         ends = {source: H.load(run.bootstrap, source, H.orders(run.args.records))}
         check = verify(run.bootstrap, run.args.records)
-        for label, kind in (("loop", "loop"), ("brook", "brook")):
-            run.side(label, kind, run.cfg(label, topics=[source], out=run.topic(f"out-{label}"), ends=ends),
-                     run.args.records, verify=check)
+        for _ in run.rounds():
+            for label in ("loop", "brook"):
+                run.side(label, label, run.cfg(label, topics=[source], out=run.topic(f"out-{label}"), ends=ends),
+                         run.args.records, verify=check)
         run.versus("loop", "brook", "loop", 0.85)
         return run.finish()
 

@@ -65,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         ends = {source: H.load(run.bootstrap, source, H.orders(run.args.records), partition=True)}
         checks = {"loop": stateless.verify(run.bootstrap, run.args.records), "brook": verify(run.bootstrap,
                                                                                              run.args.records)}
-        for label in ("loop", "brook"):
-            run.side(label, label, run.cfg(label, topics=[source], out=run.topic(f"out-{label}"), ends=ends),
-                     run.args.records, verify=checks[label])
+        for _ in run.rounds():
+            for label in ("loop", "brook"):
+                run.side(label, label, run.cfg(label, topics=[source], out=run.topic(f"out-{label}"), ends=ends),
+                         run.args.records, verify=checks[label])
         run.versus("stateless loop", "brook", "loop", 0.4)
         return run.finish()
 

@@ -17,16 +17,17 @@ from bench.stateless import brook, loop  # noqa: F401 - the stateless sides
 
 
 def main(argv: list[str] | None = None) -> int:
-    with H.Run("workers", "two worker processes against one (stateless)", argv) as run:
+    with H.Run("workers", "two worker processes against one (stateless)", argv, rounds=1) as run:
         source = run.topic("in")
         ends = {source: H.load(run.bootstrap, source, H.orders(run.args.records))}
         check = stateless.verify(run.bootstrap, run.args.records)
-        for kind in ("loop", "brook"):
-            for processes in (1, 2):
-                label = f"{kind} x{processes}"
-                run.side(label, kind, run.cfg(f"{kind}{processes}", topics=[source], ends=ends,
-                                              out=run.topic(f"out-{kind}{processes}")),
-                         run.args.records, verify=check, processes=processes)
+        for _ in run.rounds():
+            for kind in ("loop", "brook"):
+                for processes in (1, 2):
+                    label = f"{kind} x{processes}"
+                    run.side(label, kind, run.cfg(f"{kind}{processes}", topics=[source], ends=ends,
+                                                  out=run.topic(f"out-{kind}{processes}")),
+                             run.args.records, verify=check, processes=processes)
         speedup = {kind: (run.sides[f"{kind} x2"].get("rate") or 0) / (run.sides[f"{kind} x1"].get("rate") or 1)
                    for kind in ("loop", "brook")}
         for kind, value in speedup.items():
