@@ -32,6 +32,7 @@ from streaming.runtime.changelog_reader import StoreChangelogReader
 from streaming.runtime.stream_time import StreamTimeRecovery, encode_record
 from streaming.runtime.task_timeouts import TaskTimeouts
 from streaming.testing.s3 import S3Server, S3ServerError
+from tests.integration.task_stand_ins import RecoveringTask
 
 pytestmark = pytest.mark.integration
 BUCKET = "brook-broker"
@@ -122,22 +123,6 @@ def write_batches(bootstrap: str, topic: str, values: list[bytes], key: bytes) -
 
 
 @dataclass
-class _Task:
-    """What StreamTimeRecovery and StoreChangelogReader read of a task."""
-
-    id: str
-    partition: int
-    partitions: list[tuple[str, int]]
-    subtopology: object = field(default_factory=lambda: type("Sub", (), {"id": 0})())
-    stream_time_topic: str | None = None
-    times: dict[tuple[str, int], int] = field(default_factory=dict)
-
-    def initialize_stream_time(self, times: dict[tuple[str, int], int], committed: dict[tuple[str, int], int],
-                               observed: dict[str, int]) -> None:
-        self.times = times
-
-
-@dataclass
 class _Store:
     """A store as the changelog reader restores it: what it was given, in order."""
 
@@ -182,7 +167,7 @@ def test_a_new_tasks_stream_time_read_gets_through_a_broker_that_starves_short_f
     def committed_offsets(partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
         return [TopicPartition(source, 0, 10 * (RECORDS - 1))]
 
-    task = _Task("0_0", 0, [(source, 0)])
+    task = RecoveringTask("0_0", 0, [(source, 0)])
     started = time.monotonic()
     with caplog.at_level(logging.INFO, logger="streaming.runtime.stream_time"):
         StreamTimeRecovery(committed_offsets, {"bootstrap.servers": slow_broker, "group.id": unique_name}, {0: topic},
@@ -198,7 +183,7 @@ def test_a_restore_gets_through_a_broker_that_starves_short_fetches(
     write_batches(slow_broker, topic, [str(n).encode() for n in range(RECORDS)], b"k")
     reader = StoreChangelogReader({"bootstrap.servers": slow_broker, "group.id": unique_name}, None,
                                   timeouts=TaskTimeouts(TASK_TIMEOUT_MS))
-    task, store = _Task("0_0", 0, []), _Store()
+    task, store = RecoveringTask("0_0", 0, []), _Store()
     started = time.monotonic()
     try:
         with caplog.at_level(logging.INFO, logger="streaming.runtime.changelog_reader"):

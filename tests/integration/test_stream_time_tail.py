@@ -3,32 +3,15 @@ never compacts it), and reads further back only when the tail holds no record at
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from streaming.admin import create_topics
 from streaming.runtime import stream_time
 from streaming.runtime.stream_time import TAIL_RECORDS, StreamTimeRecovery, encode_offset_metadata, encode_record
+from tests.integration.task_stand_ins import RecoveringTask
 
 pytestmark = pytest.mark.integration
-
-
-@dataclass
-class _Task:
-    """What StreamTimeRecovery reads of a task."""
-
-    id: str
-    partition: int
-    partitions: list[tuple[str, int]]
-    subtopology: object = field(default_factory=lambda: type("Sub", (), {"id": 0})())
-    stream_time_topic: str | None = None
-    times: dict[tuple[str, int], int] = field(default_factory=dict)
-
-    def initialize_stream_time(self, times: dict[tuple[str, int], int], committed: dict[tuple[str, int], int],
-                               observed: dict[str, int]) -> None:
-        self.times = times
 
 
 def test_a_new_task_reads_the_tail_and_further_back_only_when_the_tail_has_no_record_that_counts(
@@ -56,7 +39,7 @@ def test_a_new_task_reads_the_tail_and_further_back_only_when_the_tail_has_no_re
     def committed_offsets(partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
         return [TopicPartition(tp.topic, tp.partition, committed[(tp.topic, tp.partition)]) for tp in partitions]
 
-    tasks = [_Task("0_0", 0, [(source, 0)]), _Task("0_1", 1, [(source, 1)])]
+    tasks = [RecoveringTask("0_0", 0, [(source, 0)]), RecoveringTask("0_1", 1, [(source, 1)])]
     StreamTimeRecovery(committed_offsets, {"bootstrap.servers": bootstrap, "group.id": unique_name},
                        {0: topic}).recover(tasks)
 
@@ -81,7 +64,7 @@ def test_recovery_takes_the_highest_of_metadata_and_the_stream_time_records_at_o
     def committed_offsets(partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
         return [TopicPartition(source, 0, 50, metadata=encode_offset_metadata(4_000))]
 
-    task = _Task("0_0", 0, [(source, 0)])
+    task = RecoveringTask("0_0", 0, [(source, 0)])
     StreamTimeRecovery(committed_offsets, {"bootstrap.servers": bootstrap, "group.id": unique_name},
                        {0: topic}).recover([task])
     assert task.stream_time_topic == topic
