@@ -18,6 +18,7 @@ from streaming import Serdes, Windowed
 from streaming.state.bytes_store import StoreContext
 from streaming.state.caching import ENTRY_OVERHEAD, CacheBudget
 from streaming.state.stores import Stores
+from tests.unit.test_cache_clean_entries import Inner
 
 SIZE = 10_000
 
@@ -29,19 +30,6 @@ def open_store(directory: Path, budget: CacheBudget) -> Any:
     store.init(StoreContext("app", "0_0", str(directory / "w"), Serdes.String(), Serdes.Long(), timestamp=lambda: 5,
                             cache_budget=budget))
     return store
-
-
-class Inner:
-    """Counts the reads that reach the inner (segmented RocksDB) store."""
-
-    def __init__(self, store: Any) -> None:
-        self.reads = 0
-        get = store.inner.get
-
-        def counted(key: bytes) -> bytes | None:
-            self.reads += 1
-            return get(key)
-        store.inner.get = counted
 
 
 def test_a_window_read_before_its_write_is_not_read_again_at_the_flush(tmp_path: Path) -> None:
