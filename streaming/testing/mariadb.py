@@ -1,9 +1,10 @@
 """A throwaway MariaDB server for tests: Debian's ``mariadb-server`` binaries, a fresh data directory in a temp dir.
 
 ``mariadb-install-db`` makes the data directory; ``mariadbd`` runs as a child process on a free loopback port with
-its socket in the same directory, and an init file creates the database ``brook`` and a user ``brook`` (who may
-create databases) with a random password on every start. :meth:`MariaDBServer.stop_server` / :meth:`MariaDBServer.start_server` stop and
-start it keeping its data (a database outage); :meth:`MariaDBServer.stop` stops it and removes the directory::
+its socket and its temp files (``--tmpdir``) in the same directory, and an init file creates the database ``brook``
+and a user ``brook`` (who may create databases) with a random password on every start.
+:meth:`MariaDBServer.stop_server` / :meth:`MariaDBServer.start_server` stop and start it keeping its data (a database
+outage); :meth:`MariaDBServer.stop` stops it and removes the directory::
 
     with MariaDBServer() as db:
         engine = sqlalchemy.create_engine(db.url())
@@ -79,9 +80,11 @@ class MariaDBServer:
                 f"CREATE DATABASE IF NOT EXISTS {DATABASE};\n"
                 f"CREATE USER IF NOT EXISTS '{USER}'@'%' IDENTIFIED BY '{self.password}';\n"
                 f"GRANT ALL ON *.* TO '{USER}'@'%';\n")
+            (self.root / "tmp").mkdir()
             result = subprocess.run(
                 [_binary("mariadb-install-db"), "--no-defaults", f"--datadir={self.root / 'data'}",
-                 *self._as_user(), "--skip-test-db", "--auth-root-authentication-method=socket"],
+                 f"--tmpdir={self.root / 'tmp'}", *self._as_user(), "--skip-test-db",
+                 "--auth-root-authentication-method=socket"],
                 capture_output=True, text=True, timeout=120, check=False)
             if result.returncode != 0:
                 raise MariaDBError(f"mariadb-install-db failed (exit {result.returncode}): "
@@ -100,7 +103,8 @@ class MariaDBServer:
         assert self.root is not None, "not started"
         log = open(self.root / "server.log", "ab")  # noqa: SIM115 - the server writes it while it runs
         self._process = subprocess.Popen(
-            [_binary("mariadbd"), "--no-defaults", f"--datadir={self.root / 'data'}", *self._as_user(),
+            [_binary("mariadbd"), "--no-defaults", f"--datadir={self.root / 'data'}", f"--tmpdir={self.root / 'tmp'}",
+             *self._as_user(),
              f"--socket={self.root / 'mysqld.sock'}", f"--port={self.port}", f"--bind-address={self.host}",
              f"--pid-file={self.root / 'mysqld.pid'}", f"--init-file={self.root / 'init.sql'}",
              "--skip-name-resolve", "--innodb-buffer-pool-size=64M", "--innodb-flush-log-at-trx-commit=2",
