@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streaming.config import SHED, StreamsConfig
@@ -41,6 +41,8 @@ WAITING_LOG_S = 5.0
 #: assignment at most :data:`CLOSE_JOIN_WAIT_S` more (see :meth:`StreamThread._finish_join`).
 CLOSE_SETTLE_S = 1.0
 CLOSE_JOIN_WAIT_S = 10.0
+#: An idle thread waits for records ``poll.ms`` at most, in slices this long (a close is seen within one slice).
+IDLE_WAIT_SLICE_S = 0.01
 LAG_INTERVAL_MS = 1000  # how often the loop refreshes the lag per input partition (for /metrics)
 #: Processing goes round the tasks a chunk of records each; after each round the chunk is sized from the
 #: measured time per record so that a round takes about this share of ``max.poll.processing.ms`` (at most
@@ -233,7 +235,7 @@ class StreamThread(threading.Thread):
             # low rate every batch would wait the whole poll.ms.)
             messages = consume(take, 0)
             if not messages and not busy:
-                messages = consume(1, poll_seconds)
+                messages = self._wait_for_records(consume, poll_seconds)
             if messages:
                 if shedder is not None:
                     messages = shedder.admit(messages, task_of)
@@ -498,6 +500,16 @@ class StreamThread(threading.Thread):
         self._round_records = self._round_records * RECORD_TIME_DECAY + records
         fits = self._processing_budget * ROUND_SHARE * self._round_records / max(self._round_seconds, 1e-9)
         self._chunk = max(1, min(int(fits), self.config.max_poll_records))
+
+    def _wait_for_records(self, consume: Callable[[int, float], list[Message]], seconds: float) -> list[Message]:
+        """Idle: wait up to ``seconds`` (``poll.ms``) for a record, in slices of at most ``IDLE_WAIT_SLICE_S``, so
+        that a :meth:`shutdown` is seen within one slice rather than a whole ``poll.ms`` (librdkafka's wait cannot
+        be woken from Python)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            messages = consume(1, min(IDLE_WAIT_SLICE_S, max(0.0, deadline - time.monotonic())))
+            if messages or self._stopping.is_set() or time.monotonic() >= deadline:
+                return messages
 
     def _throttle(self, max_records: int, poll_seconds: float, busy: bool) -> int:
         """Under a rate limit: how many records the next poll may take. When the limit allows none, sleep until

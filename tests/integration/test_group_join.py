@@ -1,6 +1,7 @@
 """Group joins on the embedded broker: a worker stopped during its first join (the README tour's
 ``app.start(); ...; app.close()``), or stopped together with the group's other workers, must not leave the next
-worker with the same application.id waiting; a worker alone in its group leaves at once.
+worker with the same application.id waiting; a worker alone in its group leaves at once, and an idle worker sees
+its close without waiting out ``poll.ms``.
 
 Tansu 0.6.0 keeps a member that leaves a group before it has formed as the group's leader, so every later
 member's SyncGroup answers REBALANCE_IN_PROGRESS for many minutes (docs/broker-limits.md). A stopping stream
@@ -75,6 +76,27 @@ def test_an_instance_alone_in_its_group_leaves_without_settling(bootstrap: str, 
         assert alone.close(30)
     assert [thread.settled_before_leaving for thread in alone._threads] == [False]
     assert alone.exception is None
+
+
+def test_an_idle_instance_sees_its_close_without_waiting_out_poll_ms(bootstrap: str, unique_name: str,
+                                                                    tmp_path: Path) -> None:
+    """An idle stream thread waits for records in slices (IDLE_WAIT_SLICE_S), so a close does not wait for the
+    whole ``poll.ms`` a single consume(1, poll.ms) would block (librdkafka's wait cannot be woken)."""
+    source = f"{unique_name}-in"
+    create_topics(bootstrap, {source: 1, f"{unique_name}-out": 1})
+    builder = StreamsBuilder()
+    builder.stream(source, key_serde=Serdes.String(), value_serde=Serdes.String()).to(f"{unique_name}-out")
+    app = KafkaStreams(builder.build(), {"application.id": unique_name, "bootstrap.servers": bootstrap,
+                                         "state.dir": str(tmp_path), "poll.ms": "60000"})
+    app.start()
+    try:
+        wait_for(lambda: app.state is State.RUNNING, 60, "the instance to get its assignment")
+        time.sleep(0.5)  # idle: its thread waits in its poll
+    finally:
+        closing = time.monotonic()
+        assert app.close(30)
+    assert time.monotonic() - closing < 10, "the close waited for poll.ms (60 s) to pass"
+    assert app.exception is None
 
 
 def test_instances_stopped_together_both_settle_before_they_leave(bootstrap: str, unique_name: str,
