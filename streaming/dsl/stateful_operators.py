@@ -30,9 +30,7 @@ class _Materializing:
         store = context.get_state_store(self.store_name)
         downstream = fan_out(list(children.values()))
 
-        def on_flush(key: Any, new: Any, old: Any, timestamp: int, headers: Any) -> None:
-            downstream(key, Change(new, old), timestamp, headers)
-        cached = store.set_flush_listener(on_flush, self.send_old_values)
+        cached = store.set_flush_listener(downstream, self.send_old_values)
         return store, downstream, cached
 
 

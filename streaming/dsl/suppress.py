@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -192,7 +192,8 @@ class _StagedWrites:
         return self.wrapped.approximate_num_entries() + len(self._staged)
 
     def flush(self) -> None:
-        staged, self._staged = self._staged, {}
+        staged = self._staged.copy()  # the same dict stays: SuppressionBufferStore.writers' functions hold it
+        self._staged.clear()
         if staged:
             self.wrapped.put_all([(key, value, timestamp, None) for key, (value, timestamp) in staged.items()])
         self.wrapped.flush()
@@ -210,13 +211,22 @@ class SuppressionBufferStore(TypedKeyValueStore):
         super().init(context)
         self._store = self._staged = _StagedWrites(self._store)
 
-    def hold(self, raw: bytes, data: bytes) -> None:
-        """Keep entry ``data`` of key ``raw`` (from the next commit on)."""
-        self._staged.put(raw, data, self._timestamp())
+    def writers(self) -> tuple[Callable[[bytes, bytes], None], Callable[[bytes], None]]:
+        """``hold(raw, data)``: keep entry ``data`` of key ``raw`` (from the next commit on); ``release(raw)``: forget
+        key ``raw`` (at the next commit, if the store held it). Both stage their write with the current record's
+        timestamp, as ``put`` would, one call each (the suppression's path, per held update)."""
+        staging = self._staged
+        staged, below, now = staging._staged, staging.wrapped.get, self._timestamp
 
-    def release(self, raw: bytes) -> None:
-        """Forget key ``raw`` (at the next commit, if the store held it)."""
-        self._staged.put(raw, None, self._timestamp())
+        def hold(raw: bytes, data: bytes) -> None:
+            staged[raw] = (data, now())
+
+        def release(raw: bytes) -> None:
+            if below(raw) is None:  # as _StagedWrites.put of a delete
+                staged.pop(raw, None)
+            else:
+                staged[raw] = (None, now())
+        return hold, release
 
 
 class SuppressionBufferBuilder(KeyValueStoreBuilder):
@@ -247,12 +257,14 @@ class SuppressOperator:
         if isinstance(key_serde, WindowedSerde):
             key_serde = key_serde.with_default_inner(context.default_key_serde)
         value_serde = self.value_serde or context.default_value_serde
-        kser, kde, vser, vde = key_serde.serialize, key_serde.deserialize, value_serde.serialize, value_serde.deserialize
+        kser, kde, vde = key_serde.serialize, key_serde.deserialize, value_serde.deserialize
+        key_of, value_of = key_serde.not_none_serializer(), value_serde.not_none_serializer()  # for what is not None
         final, delay, send_old = self.suppressed.final_results, self.delay_ms, self.send_old_values
         config = self.suppressed.buffer_config
         max_records, max_bytes, shut_down = config.max_records_count, config.max_bytes_count, config.shut_down
         bounded = config.bounded
         name = self.store_name
+        store_hold, store_release = store.writers()
 
         # The held updates: key bytes -> (buffer time, record timestamp, stored bytes, key, Change to forward); a
         # heap orders them by buffer time (entries whose buffer time changed are skipped when popped). An update
@@ -280,7 +292,7 @@ class SuppressOperator:
                 return
             del held[raw]
             size[0] -= len(raw) + len(entry[2])
-            store.release(raw)
+            store_release(raw)
             key, change = entry[3], entry[4]
             if change is None:
                 key, change = kde(raw), restored_change(entry[2])
@@ -298,22 +310,22 @@ class SuppressOperator:
                 size[0] -= len(raw) + len(previous[2])
             held[raw] = (buffer_time, timestamp, data, key, change)
             size[0] += len(raw) + len(data)
-            store.hold(raw, data)
+            store_hold(raw, data)
             if previous is None:
                 heapq.heappush(queue, (buffer_time, raw))
 
         def suppress(key: Any, change: Change, timestamp: int, headers: Any) -> None:
-            raw = kser(key)
+            raw = key_of(key) if key is not None else kser(key)
             previous = held.get(raw)
             if previous is None:
                 buffer_time = key[1][1] if final else timestamp
                 old = change[1] if send_old else None
-                old_raw = None if old is None else vser(old)
+                old_raw = None if old is None else value_of(old)
             else:  # the old value stays the one the first held update came with
                 buffer_time = previous[0]
                 old_raw = decode_change(previous[2][16:])[1]
                 old = (previous[4] or restored_change(previous[2]))[1]
-            new_raw = None if change[0] is None else vser(change[0])
+            new_raw = None if change[0] is None else value_of(change[0])
             held_change = change if old is change[1] else Change(change[0], old)
             if timestamp > observed.time:
                 observed.time = timestamp

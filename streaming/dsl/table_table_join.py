@@ -101,9 +101,7 @@ class TableJoinMerger:
             return downstream
         store, send_old = context.get_state_store(self.store_name), self.send_old_values
 
-        def on_flush(key: Any, new: Any, old: Any, timestamp: int, headers: Any) -> None:
-            downstream(key, Change(new, old), timestamp, headers)
-        cached = store.set_flush_listener(on_flush, send_old)
+        cached = store.set_flush_listener(downstream, send_old)
         get, put = store.get, store.put_with_timestamp
 
         def merge(key: Any, change: Change, timestamp: int, headers: Any) -> None:

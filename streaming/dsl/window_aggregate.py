@@ -72,9 +72,7 @@ class _WindowedOperator:
         late = children.get(self.late_sink) if self.late_sink is not None else None
         downstream = fan_out([emit for name, emit in children.items() if name != self.late_sink])
 
-        def on_flush(windowed: Windowed, new: Any, old: Any, timestamp: int, headers: Any) -> None:
-            downstream(windowed, changed((new, old)), timestamp, headers)
-        cached = store.set_flush_listener(on_flush, self.send_old_values)
+        cached = store.set_flush_listener(downstream, self.send_old_values)
         return store, downstream, late, cached
 
 

@@ -34,7 +34,7 @@ from streaming.runtime.external_sinks import ExternalSink, flush_all
 from streaming.runtime.partition_group import Buffered, PartitionGroup
 from streaming.runtime.punctuation import PunctuationQueue, PunctuationSchedule
 from streaming.runtime.record_collector import UNASSIGNED, RecordCollector
-from streaming.runtime.record_source import RecordSource, output_of
+from streaming.runtime.record_source import RecordSource, output_of, record_source_of
 from streaming.runtime.state_manager import ProcessorStateManager
 from streaming.runtime.stream_time import encode_offset_metadata, encode_record
 from streaming.state.bytes_store import StoreContext
@@ -704,7 +704,7 @@ class StreamTask:
         goes to the processing handler naming that source (``ProcessorNode.process``), and the flush goes on
         with the next entry when the handler skips this one (the store holds it already)."""
         outer = self.current, self.current_timestamp, self.punctuating
-        self.current = None if source is None else RecordSource(self.id, *source, headers)
+        self.current = None if source is None else record_source_of((self.id, *source, headers))
         self.current_timestamp, self.punctuating = timestamp, None
         try:
             listener(key, new, old, timestamp, headers)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streaming.serdes import Serde
 from streaming.state.api import StateStore
@@ -22,9 +22,13 @@ from streaming.state.bytes_store import BytesStore, StoreContext
 from streaming.state.caching import CachingBytesStore
 from streaming.state.changelogging import ChangeLoggingBytesStore
 
-#: listener(key, new value, old value, timestamp, headers): a cached store's flushed (collapsed) update; the key
-#: is the store's own kind of key (a record key, or a ``Windowed`` for window and session stores).
-FlushListener = Callable[[Any, Any, Any, int, Any], None]
+if TYPE_CHECKING:
+    from streaming.dsl.change import Change
+
+#: listener(key, Change(new value, old value), timestamp, headers): a cached store's flushed (collapsed) update, as
+#: an operator forwards it; the key is the store's own kind of key (a record key, or a ``Windowed`` for window and
+#: session stores).
+FlushListener = Callable[[Any, "Change", int, Any], None]
 
 TIMESTAMP = struct.Struct(">q")  # a timestamped store's value bytes: 8-byte big-endian timestamp, then the value
 
@@ -39,6 +43,7 @@ class LayeredStore(StateStore):
     changelog holds the plain value, with the timestamp as the record's)."""
 
     timestamped = False  # whether restore batches carry each record's timestamp (see restore_batch)
+    _value_at = 0  # where a value's serialized bytes begin in what the layers hold (after a timestamp: 8)
     caches_reads = False  # whether the record cache keeps clean entries (key-value stores: streaming.state.caching)
 
     def __init__(self, name: str, inner: BytesStore, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,
@@ -81,24 +86,28 @@ class LayeredStore(StateStore):
         """Forward flushed updates to ``listener``; True if the store caches (the caller then must not forward
         updates itself).
 
-        ``listener(key, new, old, timestamp, headers)`` gets each key's latest value once per flush, with the
-        timestamp and headers of the write that cached it (a removed entry: ``new`` None); ``old`` is the value
-        before the previous flush when ``send_old_values``, else None. A key put and deleted between two flushes
-        without ever reaching the store is not reported."""
+        ``listener(key, Change(new, old), timestamp, headers)`` (an operator's downstream, as it is) gets each key's
+        latest value once per flush, with the timestamp and headers of the write that cached it (a removed entry:
+        ``new`` None); ``old`` is the value before the previous flush when ``send_old_values``, else None. A key put
+        and deleted between two flushes without ever reaching the store is not reported."""
+        from streaming.dsl.change import changed  # here: the DSL's modules import the stores
+
         caching = self._caching
         if caching is None:
             return False
-        key_of, value = self._flushed_key, self._value_of
+        key_of, vde, at = self._flushed_keys(), self._vde, self._value_at
 
         def on_flush(raw: bytes, new: bytes | None, old: bytes | None, timestamp: int, headers: Any) -> None:
-            listener(key_of(raw), value(new), value(old), timestamp, headers)
+            listener(key_of(raw), changed((None if new is None else vde(new[at:]),
+                                           None if old is None else vde(old[at:]))), timestamp, headers)
         caching.listener = on_flush
         caching.send_old_values = send_old_values
         return True
 
-    def _flushed_key(self, raw: bytes) -> Any:
-        """The key a flush listener gets for a bytes key (a record key; window and session stores: Windowed)."""
-        return self._kde(raw)
+    def _flushed_keys(self) -> Callable[[bytes], Any]:
+        """What makes the key a flush listener gets of a bytes key (a record key; window and session stores:
+        Windowed)."""
+        return self._kde
 
     def _value_of(self, data: bytes | None) -> Any:
         """A value as the layers hold it, deserialized; None stays None."""
@@ -146,6 +155,7 @@ class TimestampedValues(LayeredStore):
     """A store whose layers hold each value after its 8-byte timestamp (mixed in before the store's class)."""
 
     timestamped = True
+    _value_at = 8
 
     def _value_of(self, data: bytes | None) -> Any:
         return None if data is None else self._vde(data[8:])

@@ -84,8 +84,8 @@ class WindowedLayeredStore(LayeredStore):
         """The record key and window of a bytes key."""
         raise NotImplementedError
 
-    def _flushed_key(self, raw: bytes) -> Windowed:
-        return self._windowed(raw)
+    def _flushed_keys(self) -> Callable[[bytes], Windowed]:
+        return self._windowed
 
     def read_raw(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         """Serialized entries with keys in ``[lo, hi]``, every layer's pending writes included; never

@@ -13,6 +13,7 @@ reader of such a topic uses ``WindowedSerdes.time_windowed(Serdes.String(), size
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from streaming.serdes import Serde
@@ -52,6 +53,22 @@ class WindowedSerde(Serde[Windowed]):
         if key is None:
             raise ValueError(f"windowed key {obj!r}: its key serializes to None")
         return key + _LONG.pack(obj[1][0])
+
+    def not_none_serializer(self) -> Callable[[Windowed], bytes | None]:
+        """:meth:`serialize` in one frame: the key's own not-None serializer (a C function for the built-in serdes),
+        then the start (a sink's and a suppression's path, once per windowed result)."""
+        if type(self).serialize is not WindowedSerde.serialize or self.inner is None:
+            return self.serialize
+        inner = self.inner
+        key_of, key_of_null, pack = inner.not_none_serializer(), inner.serialize, _LONG.pack
+
+        def serialize(obj: Windowed) -> bytes | None:
+            key = obj[0]
+            raw = key_of(key) if key is not None else key_of_null(key)
+            if raw is None:
+                raise ValueError(f"windowed key {obj!r}: its key serializes to None")
+            return raw + pack(obj[1][0])
+        return serialize
 
     def deserialize(self, data: bytes | None) -> Windowed | None:
         if data is None:

@@ -67,7 +67,7 @@ def test_a_delete_flushed_reads_as_absent_and_the_old_value_is_forwarded_once(tm
     old) once and later reads find nothing."""
     store = open_store(tmp_path, CacheBudget(10 << 20))
     flushed: list[tuple[Any, Any, Any]] = []
-    store.set_flush_listener(lambda key, new, old, ts, headers: flushed.append((key, new, old)), send_old_values=True)
+    store.set_flush_listener(lambda key, change, ts, headers: flushed.append((key, *change)), send_old_values=True)
     lookup = store.value_lookup()
     store.put("k", 1)
     store.flush()
@@ -91,7 +91,7 @@ def test_clean_entries_of_any_store_go_before_a_dirty_entry_is_evicted(tmp_path:
     a.flush()
     assert [lookup_a(f"a{n:02d}") for n in range(15)] == list(range(15))
     forwarded: list[Any] = []
-    b.set_flush_listener(lambda key, new, old, ts, headers: forwarded.append(key))
+    b.set_flush_listener(lambda key, change, ts, headers: forwarded.append(key))
     for n in range(12):
         b.put(f"b{n:02d}", n)
     assert forwarded == [] and len(b._caching.cache.entries) == 12
@@ -110,7 +110,7 @@ def test_random_reads_writes_restores_and_evictions_match_a_model(tmp_path: Path
     store, other = open_store(tmp_path, budget), open_store(tmp_path, budget, "other")
     model: dict[str, int] = {}
     forwarded: dict[str, Any] = {}  # key -> the last update forwarded since the last flush
-    store.set_flush_listener(lambda key, new, old, ts, headers: forwarded.__setitem__(key, new))
+    store.set_flush_listener(lambda key, change, ts, headers: forwarded.__setitem__(key, change.new))
     lookup, other_lookup = store.value_lookup(), other.value_lookup()
     keys = [f"k{n:02d}" for n in range(40)]
 

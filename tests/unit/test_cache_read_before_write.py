@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from streaming import Serdes, Windowed
+from streaming.dsl.change import Change
 from streaming.state.bytes_store import StoreContext
 from streaming.state.caching import ENTRY_OVERHEAD, CacheBudget
 from streaming.state.stores import Stores
@@ -35,7 +36,7 @@ def open_store(directory: Path, budget: CacheBudget) -> Any:
 def test_a_window_read_before_its_write_is_not_read_again_at_the_flush(tmp_path: Path) -> None:
     store = open_store(tmp_path, CacheBudget(10 << 20))
     flushed: list[tuple[Windowed, Any, Any]] = []
-    store.set_flush_listener(lambda key, new, old, ts, headers: flushed.append((key.key, new, old)), True)
+    store.set_flush_listener(lambda key, change, ts, headers: flushed.append((key.key, *change)), True)
     inner, fetch, raw = Inner(store), store.owned_fetch(), store.key_bytes("k")
     assert fetch(raw, 0) is None
     store.put_serialized(raw, 1, 5, 0)
@@ -53,7 +54,7 @@ def test_a_restore_below_the_cache_between_the_read_and_the_flush_is_seen(tmp_pa
     """A write without a read before it, or one after the layers below changed, reads the old value at the flush."""
     store = open_store(tmp_path, CacheBudget(10 << 20))
     flushed: list[tuple[Any, Any, Any]] = []
-    store.set_flush_listener(lambda key, new, old, ts, headers: flushed.append((key.key, new, old)), True)
+    store.set_flush_listener(lambda key, change, ts, headers: flushed.append((key.key, *change)), True)
     fetch, raw = store.owned_fetch(), store.key_bytes("k")
     assert fetch(raw, 0) is None
     store.restore_batch([(raw + (0).to_bytes(8, "big") + bytes(4), (9).to_bytes(8, "big"), 5)])
@@ -76,7 +77,8 @@ def test_random_reads_writes_evictions_and_restores_forward_the_old_values_of_a_
     latest: dict[tuple[str, int], int] = {}  # the last write (what reads see)
     forwarded: list[tuple[tuple[str, int], Any, Any, Any]] = []  # (window, new, old, the model's old)
 
-    def on_flush(key: Windowed, new: Any, old: Any, timestamp: int, headers: Any) -> None:
+    def on_flush(key: Windowed, change: Change, timestamp: int, headers: Any) -> None:
+        new, old = change
         window = (key.key, key.window.start)
         forwarded.append((window, new, old, below.get(window)))
         below[window] = new
