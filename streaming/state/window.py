@@ -212,6 +212,10 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
         an operator that reads and writes a key's windows serializes it once)."""
         return self._key(key)
 
+    def key_serializer(self) -> Callable[[Any], bytes]:
+        """:meth:`key_bytes` for keys that are not None, as one function (a C function for the built-in serdes)."""
+        return self._kser
+
     def fetch_with_timestamp(self, key: Any, window_start: int) -> ValueAndTimestamp | None:
         return self.fetch_serialized(self._key(key), window_start)
 
@@ -227,10 +231,14 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
         DSL's window aggregates; after :meth:`init`): a read that goes below the record cache is kept for the flush of
         that write (:meth:`CachingBytesStore.read_for_write`), so the old value is not read twice."""
         get = self._store.get if self._caching is None else self._caching.read_for_write
-        expiry_floor, pack, unpack, vde = self.expiry_floor, _START_SEQ.pack, _LONG.unpack_from, self._vde
+        pack, unpack, vde = _START_SEQ.pack, _LONG.unpack_from, self._vde
+        store, inner, retention = self, self.inner, self._retention
 
         def fetch(raw_key: bytes, window_start: int) -> ValueAndTimestamp | None:
-            if window_start < expiry_floor():
+            observed = inner.observed_time  # expiry_floor(), inline (once per record)
+            if store._written_time > observed:
+                observed = store._written_time
+            if window_start < (0 if observed < 0 else observed - retention + 1):
                 return None
             data = get(raw_key + pack(window_start, 0))
             return None if data is None else _value_and_timestamp((vde(data[8:]), unpack(data)[0]))
