@@ -164,7 +164,7 @@ class _StagedWrites:
         return self.wrapped.get(key) if staged is None else staged[0]
 
     def put(self, key: bytes, value: bytes | None, timestamp: int = 0, headers: Any = None) -> None:
-        if value is None and self.wrapped.get(key) is None:
+        if value is None and self.wrapped.get(key) is None:  # writers' delete does the same
             self._staged.pop(key, None)
         else:
             self._staged[key] = (value, timestamp)
@@ -175,6 +175,20 @@ class _StagedWrites:
 
     def write_batch(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
         self.wrapped.write_batch(entries)
+
+    def writers(self, now: Callable[[], int]) -> tuple[Callable[[bytes, bytes], None], Callable[[bytes], None]]:
+        """:meth:`put` of a value and of a delete, as two functions of one call each, stamped with ``now()``."""
+        staged, below = self._staged, self.wrapped.get
+
+        def stage(key: bytes, value: bytes) -> None:
+            staged[key] = (value, now())
+
+        def delete(key: bytes) -> None:
+            if below(key) is None:
+                staged.pop(key, None)
+            else:
+                staged[key] = (None, now())
+        return stage, delete
 
     def range(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         return self.wrapped.range(lo, hi)
@@ -215,18 +229,7 @@ class SuppressionBufferStore(TypedKeyValueStore):
         """``hold(raw, data)``: keep entry ``data`` of key ``raw`` (from the next commit on); ``release(raw)``: forget
         key ``raw`` (at the next commit, if the store held it). Both stage their write with the current record's
         timestamp, as ``put`` would, one call each (the suppression's path, per held update)."""
-        staging = self._staged
-        staged, below, now = staging._staged, staging.wrapped.get, self._timestamp
-
-        def hold(raw: bytes, data: bytes) -> None:
-            staged[raw] = (data, now())
-
-        def release(raw: bytes) -> None:
-            if below(raw) is None:  # as _StagedWrites.put of a delete
-                staged.pop(raw, None)
-            else:
-                staged[raw] = (None, now())
-        return hold, release
+        return self._staged.writers(self._timestamp)
 
 
 class SuppressionBufferBuilder(KeyValueStoreBuilder):

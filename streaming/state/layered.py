@@ -111,7 +111,7 @@ class LayeredStore(StateStore):
 
     def _value_of(self, data: bytes | None) -> Any:
         """A value as the layers hold it, deserialized; None stays None."""
-        return None if data is None else self._vde(data)
+        return None if data is None else self._vde(data[self._value_at:])
 
     @property
     def persistent(self) -> bool:
@@ -156,6 +156,3 @@ class TimestampedValues(LayeredStore):
 
     timestamped = True
     _value_at = 8
-
-    def _value_of(self, data: bytes | None) -> Any:
-        return None if data is None else self._vde(data[8:])

@@ -231,14 +231,10 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
         DSL's window aggregates; after :meth:`init`): a read that goes below the record cache is kept for the flush of
         that write (:meth:`CachingBytesStore.read_for_write`), so the old value is not read twice."""
         get = self._store.get if self._caching is None else self._caching.read_for_write
-        pack, unpack, vde = _START_SEQ.pack, _LONG.unpack_from, self._vde
-        store, inner, retention = self, self.inner, self._retention
+        expiry_floor, pack, unpack, vde = self.expiry_floor, _START_SEQ.pack, _LONG.unpack_from, self._vde
 
         def fetch(raw_key: bytes, window_start: int) -> ValueAndTimestamp | None:
-            observed = inner.observed_time  # expiry_floor(), inline (once per record)
-            if store._written_time > observed:
-                observed = store._written_time
-            if window_start < (0 if observed < 0 else observed - retention + 1):
+            if window_start < expiry_floor():
                 return None
             data = get(raw_key + pack(window_start, 0))
             return None if data is None else _value_and_timestamp((vde(data[8:]), unpack(data)[0]))

@@ -28,16 +28,17 @@ from streaming.testing.kafka import wait_for
 pytestmark = pytest.mark.integration
 
 
-def pass_through(bootstrap: str, unique_name: str, tmp_path: Path) -> Callable[[str], KafkaStreams]:
+def pass_through(bootstrap: str, unique_name: str, tmp_path: Path,
+                 **config: str) -> Callable[[str], KafkaStreams]:
     """A copy from ``<name>-in`` to ``<name>-out`` (2 partitions each): a new instance of it per call, each with its
-    own state directory."""
+    own state directory (and ``config`` added to the defaults)."""
     source, sink = f"{unique_name}-in", f"{unique_name}-out"
     create_topics(bootstrap, {source: 2, sink: 2})
     builder = StreamsBuilder()
     builder.stream(source, key_serde=Serdes.String(), value_serde=Serdes.String()).to(sink)
     topology = builder.build()
     return lambda name: KafkaStreams(topology, {"application.id": unique_name, "bootstrap.servers": bootstrap,
-                                                "state.dir": f"{tmp_path}/{name}"})
+                                                "state.dir": f"{tmp_path}/{name}", **config})
 
 
 def test_an_instance_closed_during_its_first_join_does_not_block_the_next(
@@ -82,12 +83,7 @@ def test_an_idle_instance_sees_its_close_without_waiting_out_poll_ms(bootstrap: 
                                                                     tmp_path: Path) -> None:
     """An idle stream thread waits for records in slices (IDLE_WAIT_SLICE_S), so a close does not wait for the
     whole ``poll.ms`` a single consume(1, poll.ms) would block (librdkafka's wait cannot be woken)."""
-    source = f"{unique_name}-in"
-    create_topics(bootstrap, {source: 1, f"{unique_name}-out": 1})
-    builder = StreamsBuilder()
-    builder.stream(source, key_serde=Serdes.String(), value_serde=Serdes.String()).to(f"{unique_name}-out")
-    app = KafkaStreams(builder.build(), {"application.id": unique_name, "bootstrap.servers": bootstrap,
-                                         "state.dir": str(tmp_path), "poll.ms": "60000"})
+    app = pass_through(bootstrap, unique_name, tmp_path, **{"poll.ms": "60000"})("idle")
     app.start()
     try:
         wait_for(lambda: app.state is State.RUNNING, 60, "the instance to get its assignment")
