@@ -32,6 +32,10 @@ FAIL_FAST_AFTER_S = 3.0  # every broker down ends the wait then (a broker may be
 # A refused authentication or TLS handshake ends it at once: retrying cannot help, and each retry is a
 # failed login in the cluster's logs (librdkafka reconnects every ~50 ms).
 _DEFINITE = (KafkaError._AUTHENTICATION, KafkaError._SSL)
+# The first contact's client reconnects at most every 0.5 s (librdkafka: 100 ms, doubling to 10 s): a
+# refused login is seen after the first attempt, and when its error is served late (a loaded machine:
+# 13 logins in one CI run) this bounds the failed logins to a few, not one per 50-150 ms.
+_FIRST_CONTACT_BACKOFF = {"reconnect.backoff.ms": 500, "reconnect.backoff.max.ms": 2000}
 
 
 def cluster_metadata(client_config: dict[str, Any], timeout: float = 10.0) -> ClusterMetadata:
@@ -39,7 +43,8 @@ def cluster_metadata(client_config: dict[str, Any], timeout: float = 10.0) -> Cl
     authentication or the TLS handshake failed, after :data:`FAIL_FAST_AFTER_S` s when every broker
     refused, else after ``timeout`` s."""
     errors: list[KafkaError] = []
-    admin = AdminClient({**client_config, "logger": RDKAFKA_LOGGER, "error_cb": errors.append})
+    admin = AdminClient({**_FIRST_CONTACT_BACKOFF, **client_config, "logger": RDKAFKA_LOGGER,
+                         "error_cb": errors.append})
     deadline = time.monotonic() + timeout
     started = time.monotonic()
     wait = 0.1  # short at first, so a refusal is seen at once; then up to 1 s for a slow cluster
