@@ -30,7 +30,7 @@ TANSU_CLUSTER_ID = "tansu_cluster"
 
 FAIL_FAST_AFTER_S = 3.0  # every broker down ends the wait then (a broker may be restarting)
 # A refused authentication or TLS handshake ends it at once: retrying cannot help, and each retry is a
-# failed login in the cluster's logs (librdkafka reconnects every ~50 ms).
+# failed login in the cluster's logs.
 _DEFINITE = (KafkaError._AUTHENTICATION, KafkaError._SSL)
 # The first contact's client reconnects at most every 0.5 s (librdkafka: 100 ms, doubling to 10 s): a
 # refused login is seen after the first attempt, and when its error is served late (a loaded machine:

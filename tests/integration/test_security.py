@@ -89,17 +89,19 @@ class ConnectionCounter:
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
-        self.connections = 0
         self.opened_at: list[float] = []  # time.monotonic() of each connection, for a failure's message
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = self._server.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
 
+    @property
+    def connections(self) -> int:
+        return len(self.opened_at)
+
     def _accept(self) -> None:
         with contextlib.suppress(OSError):
             while True:
                 client, _ = self._server.accept()
-                self.connections += 1
                 self.opened_at.append(time.monotonic())
                 upstream = socket.create_connection(("127.0.0.1", self.target_port))
                 for source, target in ((client, upstream), (upstream, client)):
