@@ -27,7 +27,10 @@ stream time - grace first reaches its end: the oldest cached writes, up to the f
 only at the next commit or eviction. Nothing can change a closed window, so this forwards the same record the
 commit would, sooner (a ``suppress(until_window_closes)`` downstream emits the final then), and a close has only
 the open windows left to flush. Kafka Streams holds them until the commit (``CachingWindowStore``); session and
-sliding windows here still do.
+sliding windows here still do. The windows a record closes are flushed after the record's own windows are cached,
+so the store's expiry floor counts it: those it puts behind the floor (with grace 0 and the default retention,
+every tumbling window as it closes) are logged and forwarded but not written to the store, as no read would return
+them (:meth:`~streaming.state.window.TimestampedTypedWindowStore.flush_closed`).
 """
 
 from __future__ import annotations
@@ -129,11 +132,13 @@ class TimeWindowAggregate(_WindowedOperator):
                 if key is None or value is None:
                     drop("null key" if key is None else "null value")
                     return
-                if timestamp > observed.time:
-                    observed.time = timestamp
-                    if flush_closed is not None and timestamp - grace >= next_close[0]:
-                        windows_closed(timestamp - grace)
                 start = timestamp - timestamp % size
+                if timestamp > observed.time:  # never late: its window ends after it
+                    observed.time = timestamp
+                    update(key, key_bytes(key), value, timestamp, headers, start, start + size)
+                    if flush_closed is not None and timestamp - grace >= next_close[0]:
+                        windows_closed(timestamp - grace)  # after the record's own window is cached: see the doc
+                    return
                 if start + size <= observed.time - grace:
                     late_record(timestamp, start, start + size, observed.time - grace)
                     if late is not None:
@@ -146,10 +151,9 @@ class TimeWindowAggregate(_WindowedOperator):
             if key is None or value is None:
                 drop("null key" if key is None else "null value")
                 return
-            if timestamp > observed.time:
+            advanced = timestamp > observed.time
+            if advanced:
                 observed.time = timestamp
-                if flush_closed is not None and timestamp - grace >= next_close[0]:
-                    windows_closed(timestamp - grace)
             close = observed.time - grace
             dropped = False
             raw = None  # serialized once, for the first open window
@@ -161,6 +165,8 @@ class TimeWindowAggregate(_WindowedOperator):
                 if raw is None:
                     raw = key_bytes(key)
                 update(key, raw, value, timestamp, headers, start, end)
+            if advanced and flush_closed is not None and timestamp - grace >= next_close[0]:
+                windows_closed(timestamp - grace)  # after the record's own windows are cached: see the doc
             if dropped and late is not None:
                 late(key, value, timestamp, headers)
         return time_window_aggregate

@@ -262,7 +262,8 @@ class CachingBytesStore:
         for key, value, timestamp, headers in writes:
             put(key, value, timestamp, headers, source)
 
-    def _write_through(self, entries: list[tuple[bytes, Entry]]) -> None:
+    def _write_through(self, entries: list[tuple[bytes, Entry]],
+                       expired: Callable[[bytes], bool] | None = None) -> None:
         listener, known = self.listener, self._below
         self._read = None  # the layers below change now
         olds: list[bytes | None] = []
@@ -278,7 +279,16 @@ class CachingBytesStore:
         if known:
             for key, _ in entries:
                 known.pop(key, None)
-        self.wrapped.put_all([(key, value, timestamp, headers) for key, (value, timestamp, headers, _) in entries])
+        writes = [(key, value, timestamp, headers) for key, (value, timestamp, headers, _) in entries]
+        if expired is None:
+            self.wrapped.put_all(writes)
+        else:
+            stored = [write for write in writes if not expired(write[0])]
+            if stored:
+                self.wrapped.put_all(stored)
+            log_only = getattr(self.wrapped, "log_only", None)  # a changelog below still takes the rest
+            if len(stored) < len(writes) and log_only is not None:
+                log_only([write for write in writes if expired(write[0])])
         # Forgotten before they are forwarded, as Kafka Streams marks them clean before its flush listener runs
         # (NamedCache.flush): a failure downstream that stops the thread leaves no entry to flush again.
         self.cache.forget(entries)
@@ -290,11 +300,12 @@ class CachingBytesStore:
                 continue
             forward(source, listener, key, value, old if send_old else None, timestamp, headers)
 
-    def write_through_oldest(self, count: int) -> None:
+    def write_through_oldest(self, count: int, expired: Callable[[bytes], bool] | None = None) -> None:
         """Write the ``count`` oldest dirty entries through and forward them now, as an eviction does (a window
         aggregate's windows that closed: nothing can change them any more, so holding them until the commit only
-        delays them)."""
-        self._write_through(list(islice(self.cache.entries.items(), count)))
+        delays them). Those of keys ``expired`` names are not written to the store below, as no read would return
+        them (windows behind their store's expiry floor): only logged, when a changelog is below, and forwarded."""
+        self._write_through(list(islice(self.cache.entries.items(), count)), expired)
 
     def write_batch(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
         self.below_changed()

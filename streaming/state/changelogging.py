@@ -72,6 +72,12 @@ class ChangeLoggingBytesStore:
 
     def put_all(self, writes: list[Write]) -> None:
         self.wrapped.put_all(writes)
+        self.log_only(writes)
+
+    def log_only(self, writes: list[Write]) -> None:
+        """Log ``writes`` without writing them to the store below: writes no read of it would return (a window
+        store's windows behind its expiry floor). Kafka Streams' changelogging window store logs the writes its
+        segmented store drops for an expired segment, too (``ChangeLoggingWindowBytesStore.put``)."""
         dirty = self._dirty
         for key, value, timestamp, _ in writes:
             dirty[key] = (value, timestamp)

@@ -97,8 +97,10 @@ class SegmentedBytesStore:
 
     # -- the bytes-store protocol -------------------------------------------------------------------------------
     def open(self, directory: str | None) -> None:
-        """Open the segments found under ``directory`` (persistent stores); stream time is learned from
-        the writes that follow."""
+        """Open the segments found under ``directory`` (persistent stores). Stream time starts at the highest
+        timestamp in the newest of them (a scan of that segment), and moves on with the restore and the writes
+        that follow: reads after a restart hide the windows they hid before it (a window store's flush leaves
+        windows already behind its expiry floor unwritten, so such a window may hold an earlier value)."""
         self._directory = directory
         if directory is not None and self.persistent:
             os.makedirs(directory, exist_ok=True)
@@ -106,6 +108,11 @@ class SegmentedBytesStore:
             for entry in sorted(os.listdir(directory)):
                 if entry.startswith(prefix) and entry[len(prefix):].isdigit():
                     self._open_segment(int(entry[len(prefix):]) // self.segment_interval_ms)
+            if self._segments:
+                newest = self._segments[next(reversed(self._segments))]
+                timestamp_of = self._timestamp_of
+                self.observed_time = max((timestamp_of(key) for key, _ in newest.range(None, None)),
+                                         default=self.observed_time)
         self.is_open = True
 
     def get(self, key: bytes) -> bytes | None:

@@ -68,8 +68,8 @@ class WindowedLayeredStore(LayeredStore):
     @property
     def observed_time(self) -> int:
         """The highest window start (sessions: end) written to or restored into the store; -1: none yet. Not
-        persisted: after a restart it is learned again from the restore and the writes that follow (Kafka
-        Streams' segmented stores do the same)."""
+        persisted: after a restart it is learned again from the newest segment on disk, the restore and the
+        writes that follow (Kafka Streams' segmented stores learn it from the restore and the writes)."""
         return max(self._written_time, self.inner.observed_time)  # type: ignore[attr-defined]
 
     def expiry_floor(self) -> int:
@@ -194,7 +194,16 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
     def flush_closed(self, until_start: int) -> None:
         """Write through and forward now the cached windows that start at or before ``until_start`` (the caller's
         closed windows), oldest write first, up to the first cached window that starts later (the rest wait for the
-        commit). No-op without a record cache."""
+        commit). No-op without a record cache.
+
+        A window that starts before the store's expiry floor is logged to the changelog and forwarded, but not
+        written to the store: no read returns it any more (Kafka Streams' ``getActualFrom``: reads begin at
+        ``observed time - retention + 1``), nor after a restart (the newest segment, or the restore, brings back the
+        later window that moved the floor). Kafka Streams' segmented store drops writes the same way, by segment
+        rather than by window, and its changelog still gets them. With grace 0 and the default retention (size +
+        grace), that is every tumbling window as it closes, once the record that closed it is cached: the caller
+        flushes after caching it. Such a window needs no segment opened for it, and an earlier value the store held
+        for it (a commit wrote it while the window was open) stays there, unread, until its segment is dropped."""
         caching = self._caching
         if caching is None:
             return
@@ -204,7 +213,8 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
                 break
             count += 1
         if count:
-            caching.write_through_oldest(count)
+            floor = self.expiry_floor()
+            caching.write_through_oldest(count, lambda key: unpack(key, len(key) - _SUFFIX)[0] < floor)
 
     # -- reads ----------------------------------------------------------------------------------------------------
     def key_bytes(self, key: Any) -> bytes:

@@ -122,3 +122,60 @@ def test_window_stores_restore_and_finals_survive_a_restart(bootstrap: str, uniq
     assert emitted and max(emitted.values()) == 1, "a final result was emitted twice"
     assert {(r.key.key, r.key.window.start): r.value for r in output} == closed, "a final result is missing or wrong"
     assert all(r.key.window == Window(r.key.window.start, r.key.window.start + SIZE) for r in output)
+
+
+@pytest.mark.slow
+def test_windows_closed_behind_the_floor_read_the_same_after_a_restart(bootstrap: str, unique_name: str,
+                                                                       tmp_path: Path) -> None:
+    """Grace 0 and the default retention: every window closes behind its store's expiry floor, so it is logged and
+    not written to RocksDB (``TimestampedTypedWindowStore.flush_closed``). The input comes in two batches, the second
+    going on in the windows the first ended in, which a commit between them stored with part of their counts. After
+    a restart on the same state directory (no restore: stream time from the newest segment) and on a fresh one
+    (restored from the changelog), reads return what the model says: per partition, the windows starting at or
+    after its highest window start - SIZE + 1 (Kafka Streams' ``getActualFrom``), with their counts; the changelog
+    holds every window's count."""
+    source, out = f"{unique_name}-in", f"{unique_name}-out"
+    create_topics(bootstrap, {source: PARTITIONS, out: PARTITIONS})
+    rng = random.Random(3)
+    batch = [GeneratedRecord(f"k{rng.randrange(12)}", "v", 2_000_000 + 7 * n) for n in range(600)]  # in order
+    first, second = batch[:290], batch[290:]  # record 290 is at 2_002_030: the windows of 2_002_000 go on
+    builder = StreamsBuilder()
+    (builder.stream(source, key_serde=String, value_serde=String).group_by_key()
+     .windowed_by(TimeWindows.of(SIZE, grace=0)).count(Materialized.as_("tcounts")).to_stream()
+     .to(out, key_serde=WindowedSerdes.time_windowed(String, SIZE), value_serde=Long))
+    topology = builder.build()
+    counts = windows_of(batch)
+    highest: dict[int, int] = defaultdict(lambda: -1)
+    for key, start in counts:
+        partition = partition_for_key(key.encode(), PARTITIONS)
+        highest[partition] = max(highest[partition], start)
+    readable = {(key, start): count for (key, start), count in counts.items()
+                if start >= highest[partition_for_key(key.encode(), PARTITIONS)] - SIZE + 1}
+
+    def run(state_dir: Path, *batches: list[GeneratedRecord]) -> None:
+        app = KafkaStreams(topology, {"application.id": unique_name, "bootstrap.servers": bootstrap,
+                                      "state.dir": str(state_dir), "commit.interval.ms": "200"})
+        app.start()
+        try:
+            wait_for(lambda: app.state is State.RUNNING, 60, "the app to run")
+            for records in batches:
+                ends = produce(bootstrap, source, records, String, String)
+                wait_for(lambda ends=ends: committed_offsets(bootstrap, unique_name, source, PARTITIONS) == ends,
+                         90, "the app to commit the batch")
+            windows = app.store("tcounts")
+            got = {(key, start): count for key in {r.key for r in batch}
+                   for start, count in windows.fetch(key, 0, 10**12)}
+            assert got == readable
+        finally:
+            app.close(timeout=30)
+
+    run(tmp_path / "a", first, second)
+    run(tmp_path / "a")  # the same state directory: nothing to restore
+    run(tmp_path / "b")  # a fresh one: restored from the changelog
+    logged = {}
+    for record in read_topic(bootstrap, f"{unique_name}-tcounts-changelog", Serdes.Bytes(), Long, PARTITIONS):
+        raw = bytes(record.key)  # record key, window start (8 bytes), sequence number (4)
+        logged[(raw[:-12].decode(), int.from_bytes(raw[-12:-4], "big"))] = record.value
+    assert logged == counts
+    assert {(r.key.key, r.key.window.start): r.value
+            for r in read_topic(bootstrap, out, WindowedSerdes.time_windowed(String, SIZE), Long, PARTITIONS)} == counts

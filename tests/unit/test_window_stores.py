@@ -72,6 +72,27 @@ def test_segments_are_dropped_as_stream_time_passes_retention(tmp_path: Path) ->
     store.close()
 
 
+def test_a_reopened_store_hides_the_windows_it_hid_before(tmp_path: Path) -> None:
+    """Stream time after a restart starts at the newest segment's highest window start, so reads hide what they hid
+    before the restart (a window written through behind the floor may hold an earlier value there)."""
+    supplier = Stores.persistent_window_store("w", retention=timedelta(minutes=2), window_size=timedelta(minutes=1))
+    builder = Stores.window_store_builder(supplier, String, Long)
+    store = open_store(builder, tmp_path)
+    for minute in range(10):
+        store.put_with_timestamp("k", minute, minute * 60_000 + 5, minute * 60_000)
+    store.flush()
+    before = list(store.fetch("k", 0, 10**9))
+    store.close()
+    reopened = open_store(builder, tmp_path)
+    assert reopened.inner.observed_time == 540_000 and reopened.expiry_floor() == 420_001
+    assert list(reopened.fetch("k", 0, 10**9)) == before == [(480_000, 8), (540_000, 9)]
+    assert reopened.fetch("k", 420_000) is None  # its segment is still on disk
+    reopened.close()
+    empty = open_store(builder, tmp_path / "empty")
+    assert empty.inner.observed_time == -1 and empty.expiry_floor() == 0
+    empty.close()
+
+
 def test_window_changelog_restores_the_same_state(tmp_path: Path) -> None:
     collector = Collector()
     builder = Stores.window_store_builder(Stores.persistent_window_store("w", 100_000, 1_000), String, Long)

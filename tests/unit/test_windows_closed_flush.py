@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 
-from streaming import Serdes, StreamsBuilder, Suppressed, TimeWindows
+from streaming import Materialized, Serdes, StreamsBuilder, Suppressed, TimeWindows
 from streaming.runtime import checkpoint
 from streaming.testing.driver import TopologyTestDriver
 
@@ -102,7 +102,81 @@ def test_hopping_windows_forwarded_early_are_closed_and_final() -> None:
             assert all(window[1] + size <= stream_time and counts[window] == count for window, count in out), offset
         assert forwarded(test_driver), "no window was forwarded before the commit"
         checkpoint.commit(test_driver._tasks, test_driver._collector)
-        assert sorted(forwarded(test_driver)) == sorted(counts.items())
+        assert dict(forwarded(test_driver)) == counts  # each window's last update: its final count
     finally:
         test_driver.close()
 
+
+
+@pytest.mark.parametrize("grace", [0, 5_000])
+@pytest.mark.parametrize("retention", [None, 10 * SIZE])
+def test_a_window_behind_the_expiry_floor_is_logged_and_forwarded_but_not_stored(grace: int,
+                                                                                 retention: int | None) -> None:
+    """A window that closes behind its store's expiry floor (Kafka Streams' ``getActualFrom``: reads begin at the
+    highest window start written - retention + 1) is logged and forwarded but not written to the store: no read
+    would return it. The model, after each record: every window reads as its count if it starts at or after the
+    floor, else as nothing; the store's segments hold, per window, what the flushes stored (a commit stores the cached
+    windows; a window's close stores it unless it is behind the floor once the closing record is cached). A commit in
+    the middle stores earlier values of some windows, never read afterwards. After the last commit the changelog
+    holds every window's final count, as Kafka Streams' does."""
+    kept = retention if retention is not None else SIZE + grace  # the default: size + grace
+    builder = StreamsBuilder()
+    materialized = Materialized.as_("counts") if retention is None else \
+        Materialized.as_("counts").with_retention(retention)
+    (builder.stream("in", key_serde=Serdes.String(), value_serde=Serdes.String()).group_by_key()
+     .windowed_by(TimeWindows.of(SIZE, grace=grace)).count(materialized)
+     .to_stream().to("out", value_serde=Serdes.Long()))
+    test_driver = TopologyTestDriver(builder.build(), {"statestore.cache.max.bytes": str(10 << 20)})
+    store = test_driver.get_window_store("counts")
+    segments = store.inner  # the segmented store below the cache and the changelog: what reads do not filter
+    counts: Counter[tuple[str, int]] = Counter()
+    stored: dict[tuple[str, int], int] = {}
+    cached: set[tuple[str, int]] = set()  # written since their last flush
+    stream_time, highest_start = -1, -1
+
+    def in_segments() -> dict[tuple[str, int], int]:
+        # the store's key: record key, window start (8 bytes), sequence number (4); the value: timestamp (8), count
+        found = dict(segments.range(None, None))
+        found.update(segments.pending())  # the segments' writes not flushed to RocksDB yet
+        return {(raw[:-12].decode(), struct.unpack(">q", raw[-12:-4])[0]): struct.unpack(">q", data[8:])[0]
+                for raw, data in found.items() if data is not None}
+
+    def live(window: tuple[str, int]) -> bool:
+        return window[1] // segments.segment_interval_ms in segments.segment_ids
+
+    try:
+        for offset, (key, timestamp) in enumerate(RECORDS):
+            process(test_driver, offset, key, timestamp)
+            stream_time = max(stream_time, timestamp)
+            window = (key, timestamp - timestamp % SIZE)
+            if window[1] + SIZE > stream_time - grace:  # not late
+                counts[window] += 1
+                cached.add(window)
+                highest_start = max(highest_start, window[1])
+            floor = highest_start - kept + 1
+            for closed in sorted(w for w in cached if w[1] + SIZE <= stream_time - grace):
+                cached.discard(closed)
+                if closed[1] >= floor:
+                    stored[closed] = counts[closed]
+            for (k, start), count in counts.items():
+                found = store.fetch_with_timestamp(k, start)
+                assert (None if found is None else found.value) == (count if start >= floor else None), (
+                    offset, k, start)
+            assert in_segments() == {w: c for w, c in stored.items() if live(w)}, offset
+            if offset == 5:
+                checkpoint.commit(test_driver._tasks, test_driver._collector)
+                stored.update({w: counts[w] for w in cached})
+                cached.clear()
+        checkpoint.commit(test_driver._tasks, test_driver._collector)
+        stored.update({w: counts[w] for w in cached})
+        assert in_segments() == {w: c for w, c in stored.items() if live(w)}
+        logged = {}
+        for record in test_driver._collector.outputs["topology-test-driver-counts-changelog"]:
+            logged[(record.key[:-12].decode(), struct.unpack(">q", record.key[-12:-4])[0])] = \
+                struct.unpack(">q", record.value)[0]
+        assert logged == counts
+        if retention is None and grace == 0:  # every window closed behind the floor: the store holds commits' values
+            assert {w: c for w, c in stored.items() if c != counts[w]}, "no earlier value was left in the store"
+        assert dict(forwarded(test_driver)) == counts  # each window's last update: its final count
+    finally:
+        test_driver.close()
