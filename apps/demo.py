@@ -203,8 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             codes = stop_workers(workers)
         counts = read_topic(bootstrap, COUNTS_OUT, Serdes.String(), Serdes.Long(), PARTITIONS)
+        # the repartition topics too: a wrong hourly final is traced through them (order_checks)
         outputs = {topic: read_topic(bootstrap, topic, Serdes.String(), Serdes.Json(), PARTITIONS)
-                   for topic in OUTPUT_TOPICS}
+                   for topic in (*OUTPUT_TOPICS, *LATER_INPUTS[APPLICATION_ID])}
         idle_alerts = [r.value for r in read_topic(bootstrap, alerts_topic(APPLICATION_ID), Serdes.String(),
                                                    Serdes.Json(), 1) if r.value["state"] == "idle"]
         streaming_ok = report(lines, (orders, users, items), counts, outputs, seconds, codes, len(idle_alerts))
@@ -285,6 +286,9 @@ def order_checks(orders: list[GeneratedRecord], users: list[GeneratedRecord], it
              for w, f in sorted(finals.items()) if f["users"] != len(buyers.get(w, ())) or f["lines"] != lines.get(w)]
     for problem in [*wrong, *(f"{w}: no final" for w in sorted(closed - set(finals)))][:10]:
         console.print(f"  [red]hourly result[/] {problem}")
+    for trace in trace_lines([w for w, f in sorted(finals.items()) if f["lines"] != lines.get(w)], on_time,
+                             outputs)[:10]:
+        console.print(f"  [red]hourly result[/] {trace}")
     late_out = sorted((r.value["order_id"], r.value["item"], r.timestamp) for r in outputs[LATE_LINES_TOPIC])
     late_expected = sorted((line.order_id, line.item, line.timestamp) for line in late)
     for line in sorted(set(late_out) ^ set(late_expected))[:10]:
@@ -366,6 +370,24 @@ def report_overflow(summary: OverflowSummary) -> bool:
     for name, ok in summary.checks.items():
         console.print(f"  {'[green]ok[/]' if ok else '[red]FAILED[/]'}  {name}")
     return all(summary.checks.values())
+
+
+def trace_lines(windows: list[tuple[str, int]], on_time: list[oracle.LocalLine], outputs: dict[str, list[Any]]
+                ) -> list[str]:
+    """Where the oracle's lines of each window in ``windows`` (hourly finals with a wrong line count) went: how many
+    the by-item and the by-region repartition topics carried (lost before the aggregate, or in it), naming a few
+    missing ones; the outputs must hold both topics (read with the outputs)."""
+    carried = {topic: {(r.value["order_id"], r.value["item"]) for r in outputs.get(topic, ())}
+               for topic in LATER_INPUTS[APPLICATION_ID]}
+    traces = []
+    for region, start in windows:
+        expected = {(line.order_id, line.item) for line in on_time
+                    if line.region == region and oracle.window_of(line.timestamp, WINDOW_MS) == start}
+        for topic, ids in carried.items():
+            missing = sorted(expected - ids)
+            traces.append(f"{(region, start)}: {len(expected) - len(missing)} of its {len(expected)} lines in {topic}"
+                          + (f", missing {missing[:3]}" if missing else ""))
+    return traces
 
 
 def report_platform(platform: PlatformSummary, seconds: float) -> bool:
