@@ -87,3 +87,22 @@ def test_every_worker_announces_itself_until_it_stops(bootstrap: str, unique_nam
         for process in workers.values():
             if process.poll() is None:
                 process.kill()
+
+
+def test_an_instance_counts_as_alive_as_soon_as_start_returns(bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    """start() waits for the first announcement: a reset or a scaling run right after a worker said it started
+    (it logs that when start() returned) finds it, without waiting for the publisher's thread."""
+    from apps.wordcount import topology
+    from streaming import KafkaStreams
+
+    create_topics(bootstrap, {"wordcount-lines": 4, "wordcount-words": 4, "wordcount-counts": 4})  # as the test above
+    config = {"bootstrap.servers": bootstrap}
+    streams = KafkaStreams(topology(), {"application.id": unique_name, "bootstrap.servers": bootstrap,
+                                        "state.dir": str(tmp_path)})
+    streams.start()
+    try:
+        alive = live_workers(config, unique_name)
+        assert len(alive) == 1 and f"pid {os.getpid()}" in alive[0].name, alive
+    finally:
+        streams.close()
+    assert live_workers(config, unique_name) == []  # the tombstone
