@@ -319,6 +319,11 @@ class InteractiveQueries:
             self.close()  # the publisher announced this host: take it back (tombstone) and stop its thread
             raise
 
+    def announce(self) -> None:
+        """Announce this instance now and wait for the broker to take it (:meth:`AssignmentPublisher.announce`)."""
+        if self._publisher is not None:
+            self._publisher.announce()
+
     def on_thread_state(self) -> None:
         """A stream thread changed state (assignment, restore, shutdown): announce soon."""
         if self._publisher is not None:

@@ -212,6 +212,8 @@ class KafkaStreams:
         self._set_state(State.REBALANCING)
         for thread in self._threads:
             thread.start()
+        if self._iq is not None:  # alive for a reset or a scaling once start() returned; the threads already join
+            self._iq.announce()
 
     def _use_reset_epoch(self, counts: dict[str, int]) -> None:
         """Read the reset epoch; wipe local state of another epoch; offer only snapshots of this one."""

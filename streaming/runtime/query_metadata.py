@@ -51,7 +51,7 @@ ANNOUNCEMENT_VERSION = 1
 METADATA_REFRESH_SECONDS = 0.25  # readers catch up with the topic at most this often
 REPUBLISH_CHECK_SECONDS = 0.5  # the publisher re-checks the assignment this often, besides on notify()
 HEARTBEAT_INTERVAL_S = 10.0  # an instance announces itself at least this often, changed or not
-FIRST_ANNOUNCEMENT_TIMEOUT_S = 5.0  # how long start() waits for its first announcement to be acknowledged
+FIRST_ANNOUNCEMENT_TIMEOUT_S = 5.0  # how long KafkaStreams.start() waits for its announcement to be taken
 
 
 def create_metadata_topic(application_id: str, admin_config: dict[str, str]) -> str:
@@ -169,8 +169,8 @@ class AssignmentPublisher:
     A daemon thread wakes on :meth:`notify` (a stream thread changed state) and every
     ``REPUBLISH_CHECK_SECONDS`` (changes no state callback reports, such as a task closed just after
     the callback), snapshots the assignment, and produces a record if it differs from the last one or the
-    last one is ``heartbeat`` s old. The stream threads never block on it. :meth:`start` makes the first
-    announcement itself and waits for it to be acknowledged; :meth:`close` writes the tombstone.
+    last one is ``heartbeat`` s old. The stream threads never block on it. :meth:`announce` announces at once and
+    waits for the broker (the end of ``KafkaStreams.start()``); :meth:`close` writes the tombstone.
     """
 
     def __init__(self, producer_config: dict[str, str], topic: str, identity: WorkerIdentity,
@@ -189,16 +189,19 @@ class AssignmentPublisher:
         self.sequence = 0
         self._thread = threading.Thread(target=self._run, name=f"{topic}-publisher", daemon=True)
 
-    def start(self, timeout: float = FIRST_ANNOUNCEMENT_TIMEOUT_S) -> None:
-        """Announce this instance and wait, up to ``timeout`` s, for the broker to take it, then keep announcing
-        from the thread. So an instance counts as alive once ``start()`` returned: a reset or a scaling that reads the
-        announcements right after a worker said it started finds it. Not taken in time (a slow broker): the thread
-        goes on and the wait is logged."""
+    def start(self) -> None:
+        self._thread.start()
+
+    def announce(self, timeout: float = FIRST_ANNOUNCEMENT_TIMEOUT_S) -> None:
+        """Announce now (when due: the thread may have done it) and wait, up to ``timeout`` s, for the broker to take
+        every announcement sent. ``KafkaStreams.start()`` calls it last, after its stream threads started (their
+        group join is not delayed): an instance counts as alive once ``start()`` returned, so a reset or a scaling
+        that reads the announcements right after a worker said it started finds it. Not taken in time (a slow
+        broker): logged, and the thread goes on announcing."""
         self.publish_if_due()
         if self._producer.flush(timeout) > 0:
             log.warning("the first announcement of %s on %s was not acknowledged within %s s; announcing goes on in "
                         "the background", self.host, self.topic, timeout)
-        self._thread.start()
 
     def notify(self) -> None:
         self._wake.set()
