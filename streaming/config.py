@@ -236,6 +236,10 @@ KEYS: dict[str, _Key] = {
     "application.server.tls.ca": _Key(_optional_file, ""),
     "application.server.token": _Key(_optional_string, ""),
     "poll.ms": _Key(_int(0), 100),
+    # The interpreter's generation-0 garbage-collection threshold while the instance runs (0: the interpreter's
+    # own, 700 by default): a stream thread keeps many objects alive, and the default walks them thousands of times
+    # per million records (streaming/runtime/gc_tuning.py). Process-wide; given back at close().
+    "python.gc.threshold0": _Key(_int(0), 50_000),
     # Prometheus /metrics on this port, every interface (0: not served; KafkaStreams.metrics_registry still works).
     "metrics.port": _Key(_port, 0),
     # Partition scaling's topic generations ({logical topic: generation}; absent: generation 1, the logical name):

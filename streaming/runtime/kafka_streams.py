@@ -31,6 +31,7 @@ from streaming.runtime.changelog_reader import StateRestoreListener
 from streaming.runtime.cluster import TANSU_CLUSTER_ID, cluster_metadata
 from streaming.runtime.directory_lock import DirectoryLock
 from streaming.runtime.error_handlers import merge_metrics, uses_dead_letters
+from streaming.runtime.gc_tuning import raise_threshold0
 from streaming.runtime.global_stream_thread import GlobalStreamThread
 from streaming.runtime.http_server import InteractiveQueryServer, key_to_text
 from streaming.runtime.interactive_queries import (
@@ -170,6 +171,8 @@ class KafkaStreams:
     # -- life cycle -----------------------------------------------------------------------------------------
     # The lock of state.dir/<application.id> while this instance may open its stores (start() to close()).
     _state_dir_lock: DirectoryLock | None = None
+    # Gives back the garbage collector's threshold start() raised (python.gc.threshold0), once the threads stopped.
+    _release_gc: Callable[[], None] = staticmethod(lambda: None)
 
     def start(self) -> None:
         """Lock the state directory, check topics, then start the stream threads (non-blocking).
@@ -210,6 +213,7 @@ class KafkaStreams:
             raise
         self._thread_states = {t.name: "STARTING" for t in self._threads}
         self._set_state(State.REBALANCING)
+        self._release_gc = raise_threshold0(self.config["python.gc.threshold0"])
         for thread in self._threads:
             thread.start()
         if self._iq is not None:  # alive for a reset or a scaling once start() returned; the threads already join
@@ -260,6 +264,7 @@ class KafkaStreams:
         self._stop_interactive_queries()
         self._stop_metrics_endpoint()
         if done:
+            self._release_gc()
             self._release_state_dir()
             if self._state is State.ERROR:
                 with self._lock:

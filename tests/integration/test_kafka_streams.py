@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import gc
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,23 @@ def test_unknown_config_key_fails_at_construction(bootstrap: str) -> None:
     with pytest.raises(ConfigError, match="'commit.interval.msec'.*Did you mean 'commit.interval.ms'"):
         KafkaStreams(builder.build(), {"application.id": "x", "bootstrap.servers": bootstrap,
                                        "commit.interval.msec": 100})
+
+
+def test_the_gc_threshold_is_raised_while_the_instance_runs_and_given_back_at_close(bootstrap: str,
+                                                                                   unique_name: str) -> None:
+    source = f"{unique_name}-in"
+    create_topics(bootstrap, {source: 1, f"{unique_name}-out": 1})
+    builder = StreamsBuilder()
+    builder.stream(source).to(f"{unique_name}-out")
+    before = gc.get_threshold()
+    app = KafkaStreams(builder.build(), streams_config(bootstrap, unique_name, **{"python.gc.threshold0": 123_457}))
+    assert gc.get_threshold() == before  # construction changes nothing
+    app.start()
+    try:
+        assert gc.get_threshold() == (max(before[0], 123_457), *before[1:])
+    finally:
+        assert app.close(30)
+    assert gc.get_threshold() == before
 
 
 class ReleasingProcessor:
