@@ -97,7 +97,7 @@ class TimeWindowAggregate(_WindowedOperator):
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         store, downstream, late, cached = self._connect(children, context)
         observed = context.observed_stream_time(self.store_name)
-        key_bytes, fetch, put = store.key_serializer(), store.owned_fetch(), store.put_serialized
+        key_bytes, fetch, put = store.key_serializer(), store.owned_fetch(), store.owned_put()
         drop, step, send_old, grace = context.record_dropped, self.step, self.send_old_values, self.windows.grace_ms
         size, advance = self.windows.size_ms, self.windows.advance_ms
         windows_for = self.windows.windows_for
@@ -116,12 +116,12 @@ class TimeWindowAggregate(_WindowedOperator):
             if old is None:
                 new, new_timestamp = step(key, value, None), timestamp
             else:
-                new = step(key, value, old[0])
-                new_timestamp = max(timestamp, old[1])
+                new = step(key, value, old.value)
+                new_timestamp = max(timestamp, old.timestamp)
             put(raw, new, new_timestamp, start, headers)
             if not cached:
                 downstream(windowed_of((key, window_of((start, end)))),
-                           changed((new, old[0] if send_old and old is not None else None)), new_timestamp, headers)
+                           changed((new, old.value if send_old and old is not None else None)), new_timestamp, headers)
 
         def late_record(timestamp: int, start: int, end: int, close: int) -> None:
             drop(f"record at {timestamp} for closed window [{start}, {end}) (stream time - grace = {close})", late=True)

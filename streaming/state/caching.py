@@ -22,20 +22,64 @@ drop expired windows below the cache.
 A window aggregate reads a window, then writes it (:meth:`CachingBytesStore.read_for_write`): when that read went
 below the cache, what it found is kept beside the dirty entry the write makes, and the flush forwards it as the old
 value instead of reading the layers below a second time (a suppress downstream asks for old values; Kafka Streams
-reads them again in ``CachingWindowStore.putAndMaybeForward``). It is dropped when the layers below change without
-the cache (a restore) and never outlives its dirty entry.
+reads them again in ``CachingWindowStore.putAndMaybeForward``). It is dropped when its entry is written through, when
+the layers below change without the cache (a restore), and at the next flush when no write followed the read (the
+aggregator failed): it never outlives a commit.
+
+A window aggregate whose value is a number or a string (immutable: ``count``, a sum) is cached as a
+:class:`CachedAggregate`: the object its operator computed beside its serialized value, so the next update of the
+window reads the object back without deserializing it and the flush forwards it as it is. It is serialized as it is
+cached, as any write is (an error names the record that made it, and the budget counts its bytes); the timestamp
+is put before the bytes only when something below the cache or another thread needs them. Any other value is cached
+as bytes: an aggregator that changes the value it was given in place and then fails must leave the cached one as it
+was, so every update deserializes its own copy.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from itertools import islice
-from typing import Any
+from typing import Any, NamedTuple
 
 from streaming.state.bytes_store import BytesStore, FlushForward, Write, call_listener
 
 # Rough per-entry overhead of a Python dict entry and its tuple, counted against the budget.
 ENTRY_OVERHEAD = 120
+
+_TIMESTAMP = struct.Struct(">q")
+
+#: The types of aggregates a window store caches as objects (:class:`CachedAggregate`): nothing can change them in place.
+IMMUTABLE_AGGREGATES = frozenset({int, float, str, bool})
+
+
+class CachedAggregate(NamedTuple):
+    """A window aggregate cached as the object its operator computed (see the module doc): ``value`` and its
+    ``timestamp`` (a ``ValueAndTimestamp``'s fields) and ``serialized``, the value's bytes. It stands for
+    :func:`stored_bytes` in the layers below (the timestamp, then the value): ``8 + len(serialized)`` bytes."""
+
+    value: Any
+    timestamp: int
+    serialized: bytes
+
+
+#: ``cached_aggregate((value, timestamp, serialized))``: a CachedAggregate without the NamedTuple constructor's Python call.
+cached_aggregate = partial(tuple.__new__, CachedAggregate)
+
+
+def stored_bytes(value: bytes | CachedAggregate | None) -> bytes | None:
+    """What the layers below hold for a cached value."""
+    if type(value) is CachedAggregate:
+        return _TIMESTAMP.pack(value[1]) + value[2]  # type: ignore[index]
+    return value  # type: ignore[return-value]
+
+
+def _value_size(value: bytes | CachedAggregate | None) -> int:
+    """The bytes a cached value stands for (0 for a delete)."""
+    if value is None:
+        return 0
+    return 8 + len(value[2]) if type(value) is CachedAggregate else len(value)  # type: ignore[index]
 
 
 class CacheBudget:
@@ -57,17 +101,17 @@ def cache_budget(max_bytes: int) -> CacheBudget | None:
     return CacheBudget(max_bytes) if max_bytes > 0 else None
 
 
-# A cache entry: (serialized value or None for a delete, timestamp, headers, source). As Kafka Streams' record
+# A cache entry: (serialized value or None for a delete, or a CachedAggregate; timestamp, headers, source). As Kafka Streams' record
 # cache keeps each entry's record context, the entry keeps the timestamp, headers and source (what the store
 # context's record_source() gave: the input record without its bytes; None if none) of the write, and its flush
 # forwards them downstream.
-Entry = tuple[bytes | None, int, Any, Any]
+Entry = tuple[bytes | CachedAggregate | None, int, Any, Any]
 
 MISSING: Any = object()  # what a clean-entry lookup gives for a key without one
 
 
-def _entry_bytes(key: bytes, value: bytes | None) -> int:
-    return len(key) + ENTRY_OVERHEAD + (len(value) if value is not None else 0)
+def _entry_bytes(key: bytes, value: bytes | CachedAggregate | None) -> int:
+    return len(key) + ENTRY_OVERHEAD + _value_size(value)
 
 
 class StoreCache:
@@ -94,10 +138,13 @@ class StoreCache:
         entries = self.entries
         old = entries.pop(key, None)  # re-inserted at the end: dict order is write order (LRU)
         budget = self._budget
+        # _value_size inlined for bytes (every store's writes); a window aggregate's CachedAggregate asks it
+        size = len(value) if type(value) is bytes else _value_size(value)
         if old is None:
-            budget.used += len(key) + ENTRY_OVERHEAD + (len(value) if value is not None else 0)
+            budget.used += len(key) + ENTRY_OVERHEAD + size
         else:
-            budget.used += (len(value) if value is not None else 0) - (len(old[0]) if old[0] is not None else 0)
+            old_value = old[0]
+            budget.used += size - (len(old_value) if type(old_value) is bytes else _value_size(old_value))
         entries[key] = (value, timestamp, headers, source)
         if budget.used > budget.max_bytes:
             self._evict_oldest()
@@ -164,6 +211,7 @@ class StoreCache:
                 del entries[key]
                 budget.used -= _entry_bytes(key, value)
             if keep:
+                value = stored_bytes(value)
                 old = clean.pop(key, MISSING)
                 budget.used += _entry_bytes(key, value) - (0 if old is MISSING else _entry_bytes(key, old))
                 clean[key] = value
@@ -186,8 +234,9 @@ class StoreCache:
         return len(self.entries)
 
 
-# listener(key, new, old, timestamp, headers) with serialized key and values: a flushed (collapsed) update.
-RawFlushListener = Callable[[bytes, bytes | None, bytes | None, int, Any], None]
+# listener(key, new, old, timestamp, headers) with serialized key and values (``new`` may be a CachedAggregate: its
+# object goes downstream as it is): a flushed (collapsed) update.
+RawFlushListener = Callable[[bytes, bytes | CachedAggregate | None, bytes | None, int, Any], None]
 
 
 class CachingBytesStore:
@@ -211,10 +260,9 @@ class CachingBytesStore:
         self.send_old_values = False
         self._record_source = record_source
         self._forward = forward
-        # What the layers below hold for dirty entries whose first write followed a read that went below
-        # (read_for_write), and that last read, until the next write consumes it.
+        # What the layers below hold for keys the owner read below the cache before writing them (read_for_write):
+        # each write-through of a key takes its entry; the rest (a read whose write failed) go at the next flush.
         self._below: dict[bytes, bytes | None] = {}
-        self._read: tuple[bytes, bytes | None] | None = None
 
     @property
     def persistent(self) -> bool:
@@ -232,7 +280,7 @@ class CachingBytesStore:
         this from other threads, and only the store's own stream thread may add entries."""
         entry = self.cache.entries.get(key)
         if entry is not None:
-            return entry[0]
+            return stored_bytes(entry[0])
         value = self.cache.clean.get(key, MISSING)
         return self.wrapped.get(key) if value is MISSING else value
 
@@ -241,23 +289,17 @@ class CachingBytesStore:
         cache is kept for the flush of that write (see the module doc). Never for other threads."""
         entry = self.cache.entries.get(key)
         if entry is not None:
-            return entry[0]
+            return stored_bytes(entry[0])
         value = self.cache.clean.get(key, MISSING)
         if value is MISSING:
             value = self.wrapped.get(key)
-        self._read = (key, value)
+        self._below[key] = value
         return value
 
-    def put(self, key: bytes, value: bytes | None, timestamp: int = 0, headers: Any = None) -> None:
-        read = self._read
-        if read is not None:
-            self._read = None
-            if read[0] == key and key not in self.cache.entries:
-                self._below[key] = read[1]
+    def put(self, key: bytes, value: bytes | CachedAggregate | None, timestamp: int = 0, headers: Any = None) -> None:
         self.cache.put(key, value, timestamp, headers, self._record_source())
 
     def put_all(self, writes: list[Write]) -> None:
-        self._read = None
         put, source = self.cache.put, self._record_source()
         for key, value, timestamp, headers in writes:
             put(key, value, timestamp, headers, source)
@@ -265,7 +307,6 @@ class CachingBytesStore:
     def _write_through(self, entries: list[tuple[bytes, Entry]],
                        expired: Callable[[bytes], bool] | None = None) -> None:
         listener, known = self.listener, self._below
-        self._read = None  # the layers below change now
         olds: list[bytes | None] = []
         if listener is not None:
             send_old, clean, below = self.send_old_values, self.cache.clean.get, self.wrapped.get
@@ -279,7 +320,8 @@ class CachingBytesStore:
         if known:
             for key, _ in entries:
                 known.pop(key, None)
-        writes = [(key, value, timestamp, headers) for key, (value, timestamp, headers, _) in entries]
+        writes = [(key, stored_bytes(value) if type(value) is CachedAggregate else value, timestamp, headers)
+                  for key, (value, timestamp, headers, _) in entries]
         if expired is None:
             self.wrapped.put_all(writes)
         else:
@@ -316,7 +358,6 @@ class CachingBytesStore:
         values read before writes)."""
         self.cache.drop_clean()
         self._below.clear()
-        self._read = None
 
     def range(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         return self.wrapped.range(lo, hi)
@@ -327,7 +368,7 @@ class CachingBytesStore:
     def pending(self) -> dict[bytes, bytes | None]:
         """The layers' pending writes, the cache's over the others' (copied: safe from other threads)."""
         pending = self.wrapped.pending()
-        pending.update({key: entry[0] for key, entry in self.cache.entries.copy().items()})
+        pending.update({key: stored_bytes(entry[0]) for key, entry in self.cache.entries.copy().items()})
         return pending
 
     def approximate_num_entries(self) -> int:
@@ -335,6 +376,7 @@ class CachingBytesStore:
 
     def flush(self) -> None:
         self.cache.flush(self._write_through)
+        self._below.clear()  # every dirty entry took its own: what is left was read for a write that failed
         self.wrapped.flush()
 
     def close(self) -> None:
@@ -342,5 +384,4 @@ class CachingBytesStore:
         dropped (a dirty close), its bytes given back to the thread's budget."""
         self.cache.discard()
         self._below.clear()
-        self._read = None
         self.wrapped.close()

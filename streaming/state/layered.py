@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from streaming.serdes import Serde
 from streaming.state.api import StateStore
 from streaming.state.bytes_store import BytesStore, StoreContext
-from streaming.state.caching import CachingBytesStore
+from streaming.state.caching import CachedAggregate, CachingBytesStore
 from streaming.state.changelogging import ChangeLoggingBytesStore
 
 if TYPE_CHECKING:
@@ -97,8 +97,10 @@ class LayeredStore(StateStore):
             return False
         key_of, vde, at = self._flushed_keys(), self._vde, self._value_at
 
-        def on_flush(raw: bytes, new: bytes | None, old: bytes | None, timestamp: int, headers: Any) -> None:
-            listener(key_of(raw), changed((None if new is None else vde(new[at:]),
+        def on_flush(raw: bytes, new: bytes | CachedAggregate | None, old: bytes | None, timestamp: int,
+                     headers: Any) -> None:
+            listener(key_of(raw), changed((None if new is None else new[0] if type(new) is CachedAggregate
+                                           else vde(new[at:]),
                                            None if old is None else vde(old[at:]))), timestamp, headers)
         caching.listener = on_flush
         caching.send_old_values = send_old_values

@@ -28,6 +28,7 @@ from typing import Any
 from streaming.serdes import Serde
 from streaming.state.api import ValueAndTimestamp
 from streaming.state.bytes_store import BytesStore, scan
+from streaming.state.caching import IMMUTABLE_AGGREGATES, CachedAggregate, cached_aggregate
 from streaming.state.layered import LayeredStore, TimestampedValues
 from streaming.windows.window import Windowed, window_of, windowed_of
 
@@ -236,19 +237,60 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
         data = self._store.get(raw_key + _START_SEQ.pack(window_start, 0))
         return None if data is None else _value_and_timestamp((self._vde(data[8:]), _LONG.unpack_from(data)[0]))
 
-    def owned_fetch(self) -> Callable[[bytes, int], ValueAndTimestamp | None]:
+    def owned_fetch(self) -> Callable[[bytes, int], ValueAndTimestamp | CachedAggregate | None]:
         """:meth:`fetch_serialized` for the stream thread that owns the store, which writes the window it read (the
-        DSL's window aggregates; after :meth:`init`): a read that goes below the record cache is kept for the flush of
-        that write (:meth:`CachingBytesStore.read_for_write`), so the old value is not read twice."""
-        get = self._store.get if self._caching is None else self._caching.read_for_write
+        DSL's window aggregates; after :meth:`init`), with :meth:`owned_put`. What it returns has the fields
+        ``value`` and ``timestamp``: a window cached as an object (:class:`~streaming.state.caching.CachedAggregate`,
+        an immutable aggregate) is that object, read without deserializing. A read that goes below the record cache is
+        kept for the flush of that write (:meth:`CachingBytesStore.read_for_write`), so the old value is not read
+        twice."""
+        caching = self._caching
         expiry_floor, pack, unpack, vde = self.expiry_floor, _START_SEQ.pack, _LONG.unpack_from, self._vde
+        if caching is None:
+            get = self._store.get
 
-        def fetch(raw_key: bytes, window_start: int) -> ValueAndTimestamp | None:
+            def fetch(raw_key: bytes, window_start: int) -> ValueAndTimestamp | CachedAggregate | None:
+                if window_start < expiry_floor():
+                    return None
+                data = get(raw_key + pack(window_start, 0))
+                return None if data is None else _value_and_timestamp((vde(data[8:]), unpack(data)[0]))
+            return fetch
+        cached, read_below = caching.cache.entries.get, caching.read_for_write  # the dict lives as long as the store
+
+        def fetch_cached(raw_key: bytes, window_start: int) -> ValueAndTimestamp | CachedAggregate | None:
             if window_start < expiry_floor():
                 return None
-            data = get(raw_key + pack(window_start, 0))
-            return None if data is None else _value_and_timestamp((vde(data[8:]), unpack(data)[0]))
-        return fetch
+            key = raw_key + pack(window_start, 0)
+            entry = cached(key)
+            if entry is not None:
+                data = entry[0]
+                if type(data) is CachedAggregate:
+                    return data
+            else:
+                data = read_below(key)
+            return None if data is None else _value_and_timestamp((vde(data[8:]), unpack(data)[0]))  # type: ignore[index]
+        return fetch_cached
+
+    def owned_put(self) -> Callable[[bytes, Any, int, int, Any], None]:
+        """:meth:`put_serialized` for the stream thread that owns the store, after :meth:`owned_fetch`: with a record
+        cache, an immutable aggregate (a number or a string) is cached as a
+        :class:`~streaming.state.caching.CachedAggregate`, read back by the next :meth:`owned_fetch` as it is."""
+        caching = self._caching
+        if caching is None or self.retain_duplicates:
+            return self.put_serialized
+        put, pack, vser, immutable = caching.put, _START_SEQ.pack, self._vser, IMMUTABLE_AGGREGATES
+
+        def put_cached(raw_key: bytes, value: Any, timestamp: int, window_start: int, headers: Any = None) -> None:
+            if type(value) not in immutable:
+                self.put_serialized(raw_key, value, timestamp, window_start, headers)
+                return
+            if window_start > self._written_time:
+                self._written_time = window_start
+            key = raw_key + pack(window_start, 0)
+            if self._written is not None:
+                self._track(raw_key, key)
+            put(key, cached_aggregate((value, timestamp, vser(value))), timestamp, headers)
+        return put_cached
 
     def fetch(self, key: Any, time_from: int, time_to: int | None = None) -> Any:
         """``fetch(key, window_start)``: the value of one window (or None). ``fetch(key, time_from,

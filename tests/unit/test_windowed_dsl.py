@@ -4,10 +4,12 @@ thousand random events with out-of-order and late timestamps."""
 from __future__ import annotations
 
 import random
+import struct
 from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 
 from streaming import (
     BufferConfig,
@@ -25,6 +27,7 @@ from streaming import (
     Windowed,
     WindowedSerdes,
 )
+from streaming.runtime import checkpoint
 from streaming.testing import TopologyTestDriver
 
 String, Long = Serdes.String(), Serdes.Long()
@@ -157,6 +160,38 @@ def test_reduce_and_aggregate_per_window() -> None:
             source.pipe_input("a", value, timestamp=ts)
         assert list(driver.get_state_store("sums").fetch("a", 0, 100)) == [(0, 12), (10, 1)]
         assert driver.get_state_store("lists").fetch("a", 0) == [5, 7]
+
+
+def test_an_aggregator_that_changes_its_aggregate_in_place_and_fails_leaves_the_window_as_it_was() -> None:
+    """A skipped record (processing.exception.handler=log_and_continue) changes no window, with no commit between
+    the records (the cache holds the window; the driver's pipe would commit after each): a mutable aggregate is
+    cached as bytes, so what the aggregator changed in place before it raised is lost with its copy. A count in the
+    same cache is kept as an object; reads from outside the operator see its bytes."""
+
+    def add(key: str, value: int, totals: dict[str, Any]) -> dict[str, Any]:
+        totals["n"] += 1
+        if value < 0:
+            raise ValueError(f"negative amount {value}")
+        totals["sum"] += value
+        return totals
+
+    builder = StreamsBuilder()
+    grouped = builder.stream("in", key_serde=String, value_serde=Long).group_by_key()
+    windowed = grouped.windowed_by(TimeWindows.of(10, grace=10))
+    windowed.aggregate(lambda: {"n": 0, "sum": 0}, add, Materialized.as_("totals").with_value_serde(Serdes.Json()))
+    windowed.count(Materialized.as_("counts"))  # a sibling after the aggregate: the skipped record never reaches it
+    with TopologyTestDriver(builder.build(), {"processing.exception.handler": "log_and_continue"}) as driver:
+        task = driver._tasks[0]
+        for offset, (ts, value) in enumerate(((1, 5), (2, -1), (3, 7))):
+            task.process_messages([Message(topic="in", partition=0, offset=offset, key=b"a",
+                                           value=struct.pack(">q", value), timestamp=(TIMESTAMP_CREATE_TIME, ts))])
+        totals, counts = driver.get_state_store("totals"), driver.get_state_store("counts")
+        assert len(totals._caching.cache) == len(counts._caching.cache) == 1  # both windows still cached
+        assert totals.fetch("a", 0) == {"n": 2, "sum": 12}
+        assert counts.fetch("a", 0) == 2 and counts.fetch_with_timestamp("a", 0).timestamp == 3
+        assert list(counts.fetch_all(0, 100)) == [(Windowed("a", Window(0, 10)), 2)]
+        checkpoint.commit(driver._tasks, driver._collector)
+        assert totals.fetch("a", 0) == {"n": 2, "sum": 12} and counts.fetch("a", 0) == 2
 
 
 def session_oracle(data: list[tuple[str, int]], gap: int, grace: int
