@@ -7,7 +7,7 @@ in the 1-minute tumbling benchmark (bench/tumbling.py, 1,000,000 records) 2,900 
 worker's 9.5-12.9 CPU seconds, its full passes ~40 ms each over ~75,000 live objects. Brook's per-record
 objects form no reference cycles (reference counting frees them: the passes found ~400 cyclic objects in a
 million records), so passing less often costs them nothing; cyclic garbage (an exception's traceback) waits for
-at most ``threshold0`` allocations more. With 50,000 the same run made 46 passes, 0.1 s.
+at most ``threshold0`` allocations more. With 50,000 the same run made 46 passes, 0.07 s.
 
 ``raise_threshold0(n)`` raises generation 0's threshold to ``n`` (never lowers one the process set higher) and
 returns the function that gives it back: the previous thresholds return when the last instance that raised them

@@ -50,7 +50,7 @@ ENTRY_OVERHEAD = 120
 
 _TIMESTAMP = struct.Struct(">q")
 
-#: The types of aggregates a window store caches as objects (:class:`CachedAggregate`): nothing can change them in place.
+#: The types of aggregates a window store caches as objects (:class:`CachedAggregate`): nothing changes them in place.
 IMMUTABLE_AGGREGATES = frozenset({int, float, str, bool})
 
 
@@ -64,7 +64,7 @@ class CachedAggregate(NamedTuple):
     serialized: bytes
 
 
-#: ``cached_aggregate((value, timestamp, serialized))``: a CachedAggregate without the NamedTuple constructor's Python call.
+#: ``cached_aggregate((value, timestamp, serialized))``: a CachedAggregate without its constructor's Python call.
 cached_aggregate = partial(tuple.__new__, CachedAggregate)
 
 
@@ -101,9 +101,9 @@ def cache_budget(max_bytes: int) -> CacheBudget | None:
     return CacheBudget(max_bytes) if max_bytes > 0 else None
 
 
-# A cache entry: (serialized value or None for a delete, or a CachedAggregate; timestamp, headers, source). As Kafka Streams' record
-# cache keeps each entry's record context, the entry keeps the timestamp, headers and source (what the store
-# context's record_source() gave: the input record without its bytes; None if none) of the write, and its flush
+# A cache entry: (serialized value or None for a delete, or a CachedAggregate; timestamp, headers, source). As Kafka
+# Streams' record cache keeps each entry's record context, the entry keeps the timestamp, headers and source (what the
+# store context's record_source() gave: the input record without its bytes; None if none) of the write, and its flush
 # forwards them downstream.
 Entry = tuple[bytes | CachedAggregate | None, int, Any, Any]
 
