@@ -105,7 +105,7 @@ def _loop_side(cfg: dict[str, Any], progress: Any, stop: Any, barrier: Any) -> d
     records = first_records = 0
     first = last = None
     timeline: list[tuple[float, int]] = []  # (end of a batch, records so far): per batch
-    next_commit = time.perf_counter() + C.COMMIT_INTERVAL_S
+    next_commit, next_progress = time.perf_counter() + C.COMMIT_INTERVAL_S, 0.0
     while not stop.value:
         messages = consume(BATCH, 0.1)
         if messages:
@@ -113,14 +113,17 @@ def _loop_side(cfg: dict[str, Any], progress: Any, stop: Any, barrier: Any) -> d
             n = len(messages) if n is None else n
             now = time.perf_counter()
             records += n
-            progress.value = records
             if n:
                 last = now
                 timeline.append((now, records))
                 if first is None:
                     first, first_records = now, n
         poll(0)
-        if time.perf_counter() >= next_commit:
+        now = time.perf_counter()
+        if now >= next_progress:  # every 50 ms, as Brook's side: the positions, not the records (see _positions)
+            progress.value = sum(max(tp.offset, 0) for tp in consumer.position(consumer.assignment()))
+            next_progress = now + 0.05
+        if now >= next_commit:
             commit()
             next_commit = time.perf_counter() + C.COMMIT_INTERVAL_S
     cpu = C.cpu_seconds() - cpu0
@@ -159,7 +162,8 @@ def _brook_side(cfg: dict[str, Any], progress: Any, stop: Any, barrier: Any) -> 
 def _positions(app: Any) -> int:
     """The input records behind the next offsets of Brook's tasks (the bench's topics are fresh: offsets from 0).
     The parent stops a side when these reach the input: the processed count would also count a record processed
-    twice (at-least-once, after a rebalance) and stop it before its last records."""
+    twice (at-least-once, after a rebalance) and stop it before its last records. The loop reports its consumer's
+    positions for the same reason (two loop processes rebalanced mid-run were stopped short so)."""
     return sum(offset for thread in app._threads for task in list(thread.tasks.tasks.values())
                for offset in list(task.consumed.values()))
 
