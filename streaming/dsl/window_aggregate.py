@@ -97,7 +97,7 @@ class TimeWindowAggregate(_WindowedOperator):
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         store, downstream, late, cached = self._connect(children, context)
         observed = context.observed_stream_time(self.store_name)
-        key_bytes, fetch, put = store.key_serializer(), store.owned_fetch(), store.owned_put()
+        key_bytes, fetch, put = store.key_serializer(), store.owned_fetch(), store.put_serialized
         drop, step, send_old, grace = context.record_dropped, self.step, self.send_old_values, self.windows.grace_ms
         size, advance = self.windows.size_ms, self.windows.advance_ms
         windows_for = self.windows.windows_for

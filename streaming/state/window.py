@@ -177,7 +177,9 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
 
     def put_serialized(self, raw_key: bytes, value: Any, timestamp: int, window_start: int,
                        headers: Any = None) -> None:
-        """:meth:`put_with_timestamp` for a key already serialized (:meth:`key_bytes`)."""
+        """:meth:`put_with_timestamp` for a key already serialized (:meth:`key_bytes`). With a record cache, an immutable
+        value (a number or a string) is cached as a :class:`~streaming.state.caching.CachedAggregate`, which
+        :meth:`owned_fetch` reads back as it is."""
         if self.retain_duplicates:
             if value is None:
                 return
@@ -189,8 +191,13 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
         store_key = raw_key + _START_SEQ.pack(window_start, seq)
         if self._written is not None:
             self._track(raw_key, store_key)
-        self._store.put(store_key, None if value is None else _LONG.pack(timestamp) + self._vser(value), timestamp,
-                        headers)
+        if value is None:
+            data = None
+        elif self._caching is not None and type(value) in IMMUTABLE_AGGREGATES:
+            data = cached_aggregate((value, timestamp, self._vser(value)))
+        else:
+            data = _LONG.pack(timestamp) + self._vser(value)
+        self._store.put(store_key, data, timestamp, headers)
 
     def flush_closed(self, until_start: int) -> None:
         """Write through and forward now the cached windows that start at or before ``until_start`` (the caller's
@@ -239,7 +246,7 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
 
     def owned_fetch(self) -> Callable[[bytes, int], ValueAndTimestamp | CachedAggregate | None]:
         """:meth:`fetch_serialized` for the stream thread that owns the store, which writes the window it read (the
-        DSL's window aggregates; after :meth:`init`), with :meth:`owned_put`. What it returns has the fields
+        DSL's window aggregates; after :meth:`init`), with :meth:`put_serialized`. What it returns has the fields
         ``value`` and ``timestamp``: a window cached as an object (:class:`~streaming.state.caching.CachedAggregate`,
         an immutable aggregate) is that object, read without deserializing. A read that goes below the record cache is
         kept for the flush of that write (:meth:`CachingBytesStore.read_for_write`), so the old value is not read
@@ -270,27 +277,6 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
                 data = read_below(key)
             return None if data is None else _value_and_timestamp((vde(data[8:]), unpack(data)[0]))  # type: ignore[index]
         return fetch_cached
-
-    def owned_put(self) -> Callable[[bytes, Any, int, int, Any], None]:
-        """:meth:`put_serialized` for the stream thread that owns the store, after :meth:`owned_fetch`: with a record
-        cache, an immutable aggregate (a number or a string) is cached as a
-        :class:`~streaming.state.caching.CachedAggregate`, read back by the next :meth:`owned_fetch` as it is."""
-        caching = self._caching
-        if caching is None or self.retain_duplicates:
-            return self.put_serialized
-        put, pack, vser, immutable = caching.put, _START_SEQ.pack, self._vser, IMMUTABLE_AGGREGATES
-
-        def put_cached(raw_key: bytes, value: Any, timestamp: int, window_start: int, headers: Any = None) -> None:
-            if type(value) not in immutable:
-                self.put_serialized(raw_key, value, timestamp, window_start, headers)
-                return
-            if window_start > self._written_time:
-                self._written_time = window_start
-            key = raw_key + pack(window_start, 0)
-            if self._written is not None:
-                self._track(raw_key, key)
-            put(key, cached_aggregate((value, timestamp, vser(value))), timestamp, headers)
-        return put_cached
 
     def fetch(self, key: Any, time_from: int, time_to: int | None = None) -> Any:
         """``fetch(key, window_start)``: the value of one window (or None). ``fetch(key, time_from,

@@ -84,7 +84,7 @@ def test_random_reads_writes_evictions_and_restores_forward_the_old_values_of_a_
         below[window] = new
 
     store.set_flush_listener(on_flush, True)
-    fetch, put = store.owned_fetch(), store.owned_put()  # the aggregate's path: numbers are cached as objects
+    fetch, put = store.owned_fetch(), store.put_serialized  # numbers are cached as objects
     keys = [f"k{n}" for n in range(6)]
     for step in range(3000):
         op, key, start = rng.random(), rng.choice(keys), rng.randrange(4) * SIZE
@@ -98,9 +98,9 @@ def test_random_reads_writes_evictions_and_restores_forward_the_old_values_of_a_
         elif op < 0.6:  # a window aggregate whose aggregator failed: read, no write
             found = fetch(raw, start)
             assert (None if found is None else found.value) == latest.get((key, start)), step
-        elif op < 0.75:  # a write with no read before it, as bytes in the cache
+        elif op < 0.75:  # a write with no read before it
             value = rng.randrange(100)
-            store.put_serialized(raw, value, 5, start)
+            put(raw, value, 5, start)
             latest[(key, start)] = value
         elif op < 0.95:
             store.flush()
