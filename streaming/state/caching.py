@@ -123,29 +123,32 @@ class StoreCache:
     the changelog, forgets them (:meth:`forget`, which keeps them as clean), and forwards them downstream."""
 
     def __init__(self, budget: CacheBudget, evict: Callable[[list[tuple[bytes, Entry]]], None],
-                 keep_clean: bool = False) -> None:
+                 keep_clean: bool = False, record_source: Callable[[], Any] = lambda: None) -> None:
         self.entries: dict[bytes, Entry] = {}
         self.clean: dict[bytes, bytes | None] = {}
         self.keep_clean = keep_clean
         self._budget = budget
         self._evict = evict
+        self._record_source = record_source
         budget.caches.append(self)
 
     def get(self, key: bytes) -> Entry | None:
         return self.entries.get(key)
 
-    def put(self, key: bytes, value: bytes | None, timestamp: int, headers: Any = None, source: Any = None) -> None:
+    def put(self, key: bytes, value: bytes | CachedAggregate | None, timestamp: int = 0, headers: Any = None) -> None:
+        """Cache a write of ``key``, with ``record_source()`` (what the entry keeps of the record that wrote it)."""
         entries = self.entries
         old = entries.pop(key, None)  # re-inserted at the end: dict order is write order (LRU)
         budget = self._budget
-        # _value_size inlined for bytes (every store's writes); a window aggregate's CachedAggregate asks it
-        size = len(value) if type(value) is bytes else _value_size(value)
+        # _value_size inlined: every cached write of every store comes here
+        size = len(value) if type(value) is bytes else 0 if value is None else 8 + len(value[2])  # type: ignore[index]
         if old is None:
             budget.used += len(key) + ENTRY_OVERHEAD + size
         else:
             old_value = old[0]
-            budget.used += size - (len(old_value) if type(old_value) is bytes else _value_size(old_value))
-        entries[key] = (value, timestamp, headers, source)
+            budget.used += size - (len(old_value) if type(old_value) is bytes else
+                                   0 if old_value is None else 8 + len(old_value[2]))  # type: ignore[index]
+        entries[key] = (value, timestamp, headers, self._record_source())
         if budget.used > budget.max_bytes:
             self._evict_oldest()
 
@@ -255,10 +258,11 @@ class CachingBytesStore:
                  forward: FlushForward = call_listener, keep_clean: bool = False) -> None:
         self.wrapped = wrapped
         self.name = wrapped.name
-        self.cache = StoreCache(budget, self._write_through, keep_clean)
+        self.cache = StoreCache(budget, self._write_through, keep_clean, record_source)
+        #: ``put(key, value, timestamp=0, headers=None)``: the cache's own, one call fewer per write.
+        self.put: Callable[[bytes, bytes | CachedAggregate | None, int, Any], None] = self.cache.put
         self.listener: RawFlushListener | None = None
         self.send_old_values = False
-        self._record_source = record_source
         self._forward = forward
         # What the layers below hold for keys the owner read below the cache before writing them (read_for_write):
         # each write-through of a key takes its entry; the rest (a read whose write failed) go at the next flush.
@@ -296,13 +300,10 @@ class CachingBytesStore:
         self._below[key] = value
         return value
 
-    def put(self, key: bytes, value: bytes | CachedAggregate | None, timestamp: int = 0, headers: Any = None) -> None:
-        self.cache.put(key, value, timestamp, headers, self._record_source())
-
     def put_all(self, writes: list[Write]) -> None:
-        put, source = self.cache.put, self._record_source()
+        put = self.cache.put
         for key, value, timestamp, headers in writes:
-            put(key, value, timestamp, headers, source)
+            put(key, value, timestamp, headers)
 
     def _write_through(self, entries: list[tuple[bytes, Entry]],
                        expired: Callable[[bytes], bool] | None = None) -> None:
@@ -325,12 +326,15 @@ class CachingBytesStore:
         if expired is None:
             self.wrapped.put_all(writes)
         else:
-            stored = [write for write in writes if not expired(write[0])]
+            stored: list[Write] = []
+            logged: list[Write] = []
+            for write in writes:
+                (logged if expired(write[0]) else stored).append(write)
             if stored:
                 self.wrapped.put_all(stored)
             log_only = getattr(self.wrapped, "log_only", None)  # a changelog below still takes the rest
-            if len(stored) < len(writes) and log_only is not None:
-                log_only([write for write in writes if expired(write[0])])
+            if logged and log_only is not None:
+                log_only(logged)
         # Forgotten before they are forwarded, as Kafka Streams marks them clean before its flush listener runs
         # (NamedCache.flush): a failure downstream that stops the thread leaves no entry to flush again.
         self.cache.forget(entries)

@@ -263,9 +263,11 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
                 return None if data is None else _value_and_timestamp((vde(data[8:]), unpack(data)[0]))
             return fetch
         cached, read_below = caching.cache.entries.get, caching.read_for_write  # the dict lives as long as the store
+        inner, retention = self.inner, self._retention
 
         def fetch_cached(raw_key: bytes, window_start: int) -> ValueAndTimestamp | CachedAggregate | None:
-            if window_start < expiry_floor():
+            # window_start < expiry_floor(), inlined (window starts are never negative)
+            if window_start + retention <= self._written_time or window_start + retention <= inner.observed_time:
                 return None
             key = raw_key + pack(window_start, 0)
             entry = cached(key)
