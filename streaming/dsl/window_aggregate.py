@@ -135,8 +135,17 @@ class TimeWindowAggregate(_WindowedOperator):
                 start = timestamp - timestamp % size
                 if timestamp > observed.time:  # never late: its window ends after it
                     observed.time = timestamp
-                    update(key, key_bytes(key), value, timestamp, headers, start, start + size)
-                    if flush_closed is not None and timestamp - grace >= next_close[0]:
+                    if not cached:
+                        update(key, key_bytes(key), value, timestamp, headers, start, start + size)
+                        return
+                    # update(), inlined for the common case: a cached window (nothing forwarded until it flushes)
+                    raw = key_bytes(key)
+                    old = fetch(raw, start)
+                    if old is None:
+                        put(raw, step(key, value, None), timestamp, start, headers)
+                    else:  # the record is the newest: its timestamp is the window's
+                        put(raw, step(key, value, old.value), timestamp, start, headers)
+                    if timestamp - grace >= next_close[0]:
                         windows_closed(timestamp - grace)  # after the record's own window is cached: see the doc
                     return
                 if start + size <= observed.time - grace:
