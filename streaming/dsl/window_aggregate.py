@@ -97,8 +97,8 @@ class TimeWindowAggregate(_WindowedOperator):
     def compile(self, children: dict[str, Emit], context: Any) -> Emit:
         store, downstream, late, cached = self._connect(children, context)
         observed = context.observed_stream_time(self.store_name)
-        key_bytes, fetch, put = store.key_serializer(), store.owned_fetch(), store.put_serialized
-        drop, step, send_old, grace = context.record_dropped, self.step, self.send_old_values, self.windows.grace_ms
+        key_bytes, drop, step = store.key_serializer(), context.record_dropped, self.step
+        send_old, grace = self.send_old_values, self.windows.grace_ms
         size, advance = self.windows.size_ms, self.windows.advance_ms
         windows_for = self.windows.windows_for
         # With a record cache, windows that close are written through and forwarded as they close, not at the next
@@ -110,17 +110,22 @@ class TimeWindowAggregate(_WindowedOperator):
             flush_closed(close - size)  # type: ignore[misc]  # every window starting then or before ends by close
             next_close[0] = ((close - size) // advance + 1) * advance + size
 
-        def update(key: Any, raw: bytes, value: Any, timestamp: int, headers: Any, start: int, end: int) -> None:
-            """Aggregate the record into its open window ``[start, end)`` (``raw``: the key serialized)."""
-            old = fetch(raw, start)
-            if old is None:
-                new, new_timestamp = step(key, value, None), timestamp
-            else:
-                new = step(key, value, old.value)
-                new_timestamp = max(timestamp, old.timestamp)
-            put(raw, new, new_timestamp, start, headers)
-            if not cached:
-                downstream(windowed_of((key, window_of((start, end)))),
+        if cached:  # the flush forwards the window: read, aggregate and cache in one call
+            update = store.owned_updater(step)
+        else:
+            fetch, put = store.fetch_serialized, store.put_serialized
+
+            def update(key: Any, raw: bytes, value: Any, timestamp: int, start: int, headers: Any) -> None:
+                """Aggregate the record into its open window starting at ``start`` (``raw``: the key serialized) and
+                forward the update."""
+                old = fetch(raw, start)
+                if old is None:
+                    new, new_timestamp = step(key, value, None), timestamp
+                else:
+                    new = step(key, value, old.value)
+                    new_timestamp = max(timestamp, old.timestamp)
+                put(raw, new, new_timestamp, start, headers)
+                downstream(windowed_of((key, window_of((start, start + size)))),
                            changed((new, old.value if send_old and old is not None else None)), new_timestamp, headers)
 
         def late_record(timestamp: int, start: int, end: int, close: int) -> None:
@@ -135,17 +140,8 @@ class TimeWindowAggregate(_WindowedOperator):
                 start = timestamp - timestamp % size
                 if timestamp > observed.time:  # never late: its window ends after it
                     observed.time = timestamp
-                    if not cached:
-                        update(key, key_bytes(key), value, timestamp, headers, start, start + size)
-                        return
-                    # update(), inlined for the common case: a cached window (nothing forwarded until it flushes)
-                    raw = key_bytes(key)
-                    old = fetch(raw, start)
-                    if old is None:
-                        put(raw, step(key, value, None), timestamp, start, headers)
-                    else:  # the record is the newest: its timestamp is the window's
-                        put(raw, step(key, value, old.value), timestamp, start, headers)
-                    if timestamp - grace >= next_close[0]:
+                    update(key, key_bytes(key), value, timestamp, start, headers)
+                    if flush_closed is not None and timestamp - grace >= next_close[0]:
                         windows_closed(timestamp - grace)  # after the record's own window is cached: see the doc
                     return
                 if start + size <= observed.time - grace:
@@ -153,7 +149,7 @@ class TimeWindowAggregate(_WindowedOperator):
                     if late is not None:
                         late(key, value, timestamp, headers)
                     return
-                update(key, key_bytes(key), value, timestamp, headers, start, start + size)
+                update(key, key_bytes(key), value, timestamp, start, headers)
             return tumbling_window_aggregate
 
         def time_window_aggregate(key: Any, value: Any, timestamp: int, headers: Any) -> None:
@@ -173,7 +169,7 @@ class TimeWindowAggregate(_WindowedOperator):
                     continue
                 if raw is None:
                     raw = key_bytes(key)
-                update(key, raw, value, timestamp, headers, start, end)
+                update(key, raw, value, timestamp, start, headers)
             if advanced and flush_closed is not None and timestamp - grace >= next_close[0]:
                 windows_closed(timestamp - grace)  # after the record's own windows are cached: see the doc
             if dropped and late is not None:

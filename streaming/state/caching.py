@@ -19,7 +19,7 @@ cached too (as an absent entry), and clean entries are evicted in the order they
 least recently used). Window and session stores keep none: their reads are range scans, and their segments
 drop expired windows below the cache.
 
-A window aggregate reads a window, then writes it (:meth:`CachingBytesStore.read_for_write`): when that read went
+A window aggregate reads a window, then writes it (:meth:`CachingBytesStore.read_below`): when that read went
 below the cache, what it found is kept beside the dirty entry the write makes, and the flush forwards it as the old
 value instead of reading the layers below a second time (a suppress downstream asks for old values; Kafka Streams
 reads them again in ``CachingWindowStore.putAndMaybeForward``). It is dropped when its entry is written through, when
@@ -264,7 +264,7 @@ class CachingBytesStore:
         self.listener: RawFlushListener | None = None
         self.send_old_values = False
         self._forward = forward
-        # What the layers below hold for keys the owner read below the cache before writing them (read_for_write):
+        # What the layers below hold for keys the owner read below the cache before writing them (read_below):
         # each write-through of a key takes its entry; the rest (a read whose write failed) go at the next flush.
         self._below: dict[bytes, bytes | None] = {}
 
@@ -288,12 +288,10 @@ class CachingBytesStore:
         value = self.cache.clean.get(key, MISSING)
         return self.wrapped.get(key) if value is MISSING else value
 
-    def read_for_write(self, key: bytes) -> bytes | None:
-        """:meth:`get` for the stream thread that owns the store, before it writes ``key``: a value read below the
-        cache is kept for the flush of that write (see the module doc). Never for other threads."""
-        entry = self.cache.entries.get(key)
-        if entry is not None:
-            return stored_bytes(entry[0])
+    def read_below(self, key: bytes) -> bytes | None:
+        """What the layers below the dirty entries hold for ``key`` (a clean entry, else the store below), for the
+        stream thread that owns the store, about to write ``key``, which has no dirty entry: kept for the flush of
+        that write (see the module doc). Never for other threads."""
         value = self.cache.clean.get(key, MISSING)
         if value is MISSING:
             value = self.wrapped.get(key)

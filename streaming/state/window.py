@@ -179,7 +179,7 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
                        headers: Any = None) -> None:
         """:meth:`put_with_timestamp` for a key already serialized (:meth:`key_bytes`). With a record cache, an immutable
         value (a number or a string) is cached as a :class:`~streaming.state.caching.CachedAggregate`, which
-        :meth:`owned_fetch` reads back as it is."""
+        :meth:`owned_updater` reads back as it is."""
         if self.retain_duplicates:
             if value is None:
                 return
@@ -244,41 +244,53 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
         data = self._store.get(raw_key + _START_SEQ.pack(window_start, 0))
         return None if data is None else _value_and_timestamp((self._vde(data[8:]), _LONG.unpack_from(data)[0]))
 
-    def owned_fetch(self) -> Callable[[bytes, int], ValueAndTimestamp | CachedAggregate | None]:
-        """:meth:`fetch_serialized` for the stream thread that owns the store, which writes the window it read (the
-        DSL's window aggregates; after :meth:`init`), with :meth:`put_serialized`. What it returns has the fields
-        ``value`` and ``timestamp``: a window cached as an object (:class:`~streaming.state.caching.CachedAggregate`,
-        an immutable aggregate) is that object, read without deserializing. A read that goes below the record cache is
-        kept for the flush of that write (:meth:`CachingBytesStore.read_for_write`), so the old value is not read
-        twice."""
+    def owned_updater(self, step: Callable[[Any, Any, Any], Any]) -> Callable[[Any, bytes, Any, int, int, Any], None]:
+        """``update(key, raw_key, value, timestamp, window_start, headers)`` for the stream thread that owns a store with
+        a record cache (the DSL's time-window aggregates; after :meth:`init`): read the window (None when absent or
+        expired), aggregate the record into it with ``step(key, value, old aggregate or None)``, and cache the result
+        with the window's newest record timestamp (``max(timestamp, the old one's)``), as :meth:`fetch_serialized`
+        then :meth:`put_serialized` would, in one call. A window cached as an object
+        (:class:`~streaming.state.caching.CachedAggregate`, an immutable aggregate) is read as it is; bytes are
+        deserialized, so ``step`` gets its own copy and one that fails leaves the window as it was. A read that goes
+        below the record cache is kept for the flush of that write (:meth:`CachingBytesStore.read_below`), so the old
+        value is not read twice."""
         caching = self._caching
-        expiry_floor, pack, unpack, vde = self.expiry_floor, _START_SEQ.pack, _LONG.unpack_from, self._vde
-        if caching is None:
-            get = self._store.get
+        if caching is None or self.retain_duplicates:
+            raise ValueError(f"store {self.name!r}: owned_updater needs a record cache and no duplicates")
+        entries, read_below, cache_put = caching.cache.entries, caching.read_below, caching.cache.put
+        inner, retention, pack, unpack = self.inner, self._retention, _START_SEQ.pack, _LONG.unpack_from
+        vde, vser, pack_timestamp = self._vde, self._vser, _LONG.pack
 
-            def fetch(raw_key: bytes, window_start: int) -> ValueAndTimestamp | CachedAggregate | None:
-                if window_start < expiry_floor():
-                    return None
-                data = get(raw_key + pack(window_start, 0))
-                return None if data is None else _value_and_timestamp((vde(data[8:]), unpack(data)[0]))
-            return fetch
-        cached, read_below = caching.cache.entries.get, caching.read_for_write  # the dict lives as long as the store
-        inner, retention = self.inner, self._retention
-
-        def fetch_cached(raw_key: bytes, window_start: int) -> ValueAndTimestamp | CachedAggregate | None:
-            # window_start < expiry_floor(), inlined (window starts are never negative)
+        def update(key: Any, raw_key: bytes, value: Any, timestamp: int, window_start: int, headers: Any) -> None:
+            store_key = raw_key + pack(window_start, 0)
+            # window_start < expiry_floor(), inlined (window starts are never negative): an expired window reads None
             if window_start + retention <= self._written_time or window_start + retention <= inner.observed_time:
-                return None
-            key = raw_key + pack(window_start, 0)
-            entry = cached(key)
-            if entry is not None:
-                data = entry[0]
-                if type(data) is CachedAggregate:
-                    return data
+                data = None
             else:
-                data = read_below(key)
-            return None if data is None else _value_and_timestamp((vde(data[8:]), unpack(data)[0]))  # type: ignore[index]
-        return fetch_cached
+                entry = entries.get(store_key)
+                data = entry[0] if entry is not None else read_below(store_key)
+            if data is None:
+                new = step(key, value, None)
+            elif type(data) is CachedAggregate:
+                new = step(key, value, data[0])
+                if data[1] > timestamp:  # type: ignore[index]
+                    timestamp = data[1]  # type: ignore[index]
+            else:
+                new = step(key, value, vde(data[8:]))  # type: ignore[index]
+                old_timestamp = unpack(data)[0]  # type: ignore[arg-type]
+                if old_timestamp > timestamp:
+                    timestamp = old_timestamp
+            if window_start > self._written_time:
+                self._written_time = window_start
+            if self._written is not None:
+                self._track(raw_key, store_key)
+            if new is None:
+                cache_put(store_key, None, timestamp, headers)
+            elif type(new) in IMMUTABLE_AGGREGATES:
+                cache_put(store_key, cached_aggregate((new, timestamp, vser(new))), timestamp, headers)
+            else:
+                cache_put(store_key, pack_timestamp(timestamp) + vser(new), timestamp, headers)
+        return update
 
     def fetch(self, key: Any, time_from: int, time_to: int | None = None) -> Any:
         """``fetch(key, window_start)``: the value of one window (or None). ``fetch(key, time_from,

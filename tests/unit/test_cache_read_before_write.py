@@ -1,5 +1,5 @@
-"""A window store's record cache keeps what a read-before-write found below it (``CachingBytesStore.read_for_write``,
-``TimestampedTypedWindowStore.owned_fetch``) and forwards it as the flush's old value, on real RocksDB.
+"""A window store's record cache keeps what a read-before-write found below it (``CachingBytesStore.read_below``,
+``TimestampedTypedWindowStore.owned_updater``) and forwards it as the flush's old value, on real RocksDB.
 
 The rule is Kafka Streams' (``CachingWindowStore.putAndMaybeForward``): a flushed window is forwarded with the value
 the store held before the flush as its old value (a suppress downstream asks for old values). Brook reads it once, at
@@ -14,6 +14,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from streaming import Serdes, Windowed
 from streaming.dsl.change import Change
 from streaming.state.bytes_store import StoreContext
@@ -22,6 +24,25 @@ from streaming.state.stores import Stores
 from tests.unit.test_cache_clean_entries import Inner
 
 SIZE = 10_000
+
+
+class Step:
+    """A window aggregate's step (a count) that records the old aggregate it was given; with ``fail`` it raises after
+    that, as an aggregator that failed."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+        self.fail = False
+
+    def __call__(self, key: Any, value: Any, old: Any) -> Any:
+        self.seen.append(old)
+        if self.fail:
+            raise Failed
+        return (0 if old is None else old) + 1
+
+
+class Failed(Exception):
+    pass
 
 
 def open_store(directory: Path, budget: CacheBudget) -> Any:
@@ -37,16 +58,15 @@ def test_a_window_read_before_its_write_is_not_read_again_at_the_flush(tmp_path:
     store = open_store(tmp_path, CacheBudget(10 << 20))
     flushed: list[tuple[Windowed, Any, Any]] = []
     store.set_flush_listener(lambda key, change, ts, headers: flushed.append((key.key, *change)), True)
-    inner, fetch, raw = Inner(store), store.owned_fetch(), store.key_bytes("k")
-    assert fetch(raw, 0) is None
-    store.put_serialized(raw, 1, 5, 0)
+    step = Step()
+    inner, update, raw = Inner(store), store.owned_updater(step), store.key_bytes("k")
+    update("k", raw, None, 5, 0, None)
     store.flush()
-    assert flushed == [("k", 1, None)] and inner.reads == 1  # the read before the write, not another at the flush
-    assert fetch(raw, 0) == (1, 5)
-    store.put_serialized(raw, 2, 5, 0)
-    store.put_serialized(raw, 3, 5, 0)  # a second write of the dirty window keeps what the first one's read found
+    assert step.seen == [None] and flushed == [("k", 1, None)] and inner.reads == 1  # the read before the write only
+    update("k", raw, None, 5, 0, None)
+    update("k", raw, None, 5, 0, None)  # a second write of the dirty window keeps what the first one's read found
     store.flush()
-    assert flushed[1:] == [("k", 3, 1)] and inner.reads == 2
+    assert step.seen == [None, 1, 2] and flushed[1:] == [("k", 3, 1)] and inner.reads == 2
     store.close()
 
 
@@ -55,14 +75,16 @@ def test_a_restore_below_the_cache_between_the_read_and_the_flush_is_seen(tmp_pa
     store = open_store(tmp_path, CacheBudget(10 << 20))
     flushed: list[tuple[Any, Any, Any]] = []
     store.set_flush_listener(lambda key, change, ts, headers: flushed.append((key.key, *change)), True)
-    fetch, raw = store.owned_fetch(), store.key_bytes("k")
-    assert fetch(raw, 0) is None
+    step = Step()
+    update, raw = store.owned_updater(step), store.key_bytes("k")
+    update("k", raw, None, 5, 0, None)  # read below (None), then written
     store.restore_batch([(raw + (0).to_bytes(8, "big") + bytes(4), (9).to_bytes(8, "big"), 5)])
-    store.put_serialized(raw, 1, 5, 0)
-    fetch(raw, SIZE)  # read, then another window written: the read is not that write's
-    store.put_serialized(raw, 4, 5, 0)
+    step.fail = True
+    with pytest.raises(Failed):
+        update("k", raw, None, 5, SIZE, None)  # read, then another window written: the read is not that write's
+    store.put_serialized(raw, 4, 5, 0)  # a write with no read before it, after the layers below changed
     store.flush()
-    assert flushed == [("k", 4, 9)]
+    assert step.seen == [None, None] and flushed == [("k", 4, 9)]
     store.close()
 
 
@@ -84,20 +106,22 @@ def test_random_reads_writes_evictions_and_restores_forward_the_old_values_of_a_
         below[window] = new
 
     store.set_flush_listener(on_flush, True)
-    fetch, put = store.owned_fetch(), store.put_serialized  # numbers are cached as objects
+    step = Step()
+    update, put = store.owned_updater(step), store.put_serialized  # numbers are cached as objects
     keys = [f"k{n}" for n in range(6)]
-    for step in range(3000):
+    for n in range(3000):
         op, key, start = rng.random(), rng.choice(keys), rng.randrange(4) * SIZE
         raw = store.key_bytes(key)
         if op < 0.55:  # a window aggregate: read the window, write it
-            found = fetch(raw, start)
-            assert (None if found is None else found.value) == latest.get((key, start)), step
-            value = (0 if found is None else found.value) + 1
-            put(raw, value, 5, start)
-            latest[(key, start)] = value
+            step.fail = False
+            update(key, raw, None, 5, start, None)
+            assert step.seen[-1] == latest.get((key, start)), n
+            latest[(key, start)] = latest.get((key, start), 0) + 1
         elif op < 0.6:  # a window aggregate whose aggregator failed: read, no write
-            found = fetch(raw, start)
-            assert (None if found is None else found.value) == latest.get((key, start)), step
+            step.fail = True
+            with pytest.raises(Failed):
+                update(key, raw, None, 5, start, None)
+            assert step.seen[-1] == latest.get((key, start)), n
         elif op < 0.75:  # a write with no read before it
             value = rng.randrange(100)
             put(raw, value, 5, start)
