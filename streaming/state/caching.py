@@ -38,7 +38,7 @@ was, so every update deserializes its own copy.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from functools import partial
 from itertools import islice
 from typing import Any, NamedTuple
@@ -212,7 +212,9 @@ class StoreCache:
             value = entry[0]
             if entries.get(key) is entry:
                 del entries[key]
-                budget.used -= _entry_bytes(key, value)
+                # _entry_bytes inlined: a flush forgets every entry it wrote
+                budget.used -= len(key) + ENTRY_OVERHEAD + (len(value) if type(value) is bytes else 0 if value is None
+                                                            else 8 + len(value[2]))  # type: ignore[index]
             if keep:
                 value = stored_bytes(value)
                 old = clean.pop(key, MISSING)
@@ -303,8 +305,7 @@ class CachingBytesStore:
         for key, value, timestamp, headers in writes:
             put(key, value, timestamp, headers)
 
-    def _write_through(self, entries: list[tuple[bytes, Entry]],
-                       expired: Callable[[bytes], bool] | None = None) -> None:
+    def _write_through(self, entries: list[tuple[bytes, Entry]], expired: Container[bytes] = ()) -> None:
         listener, known = self.listener, self._below
         olds: list[bytes | None] = []
         if listener is not None:
@@ -321,13 +322,13 @@ class CachingBytesStore:
                 known.pop(key, None)
         writes = [(key, stored_bytes(value) if type(value) is CachedAggregate else value, timestamp, headers)
                   for key, (value, timestamp, headers, _) in entries]
-        if expired is None:
+        if not expired:
             self.wrapped.put_all(writes)
         else:
             stored: list[Write] = []
             logged: list[Write] = []
             for write in writes:
-                (logged if expired(write[0]) else stored).append(write)
+                (logged if write[0] in expired else stored).append(write)
             if stored:
                 self.wrapped.put_all(stored)
             log_only = getattr(self.wrapped, "log_only", None)  # a changelog below still takes the rest
@@ -344,10 +345,10 @@ class CachingBytesStore:
                 continue
             forward(source, listener, key, value, old if send_old else None, timestamp, headers)
 
-    def write_through_oldest(self, count: int, expired: Callable[[bytes], bool] | None = None) -> None:
+    def write_through_oldest(self, count: int, expired: Container[bytes] = ()) -> None:
         """Write the ``count`` oldest dirty entries through and forward them now, as an eviction does (a window
         aggregate's windows that closed: nothing can change them any more, so holding them until the commit only
-        delays them). Those of keys ``expired`` names are not written to the store below, as no read would return
+        delays them). Those whose keys are in ``expired`` are not written to the store below, as no read would return
         them (windows behind their store's expiry floor): only logged, when a changelog is below, and forwarded."""
         self._write_through(list(islice(self.cache.entries.items(), count)), expired)
 

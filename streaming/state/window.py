@@ -215,14 +215,16 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
         caching = self._caching
         if caching is None:
             return
-        unpack, count = _LONG.unpack_from, 0
+        unpack, floor, count, expired = _LONG.unpack_from, self.expiry_floor(), 0, set()
         for key in caching.cache.entries:
-            if unpack(key, len(key) - _SUFFIX)[0] > until_start:
+            start = unpack(key, len(key) - _SUFFIX)[0]
+            if start > until_start:
                 break
             count += 1
+            if start < floor:
+                expired.add(key)
         if count:
-            floor = self.expiry_floor()
-            caching.write_through_oldest(count, lambda key: unpack(key, len(key) - _SUFFIX)[0] < floor)
+            caching.write_through_oldest(count, expired)
 
     # -- reads ----------------------------------------------------------------------------------------------------
     def key_bytes(self, key: Any) -> bytes:
