@@ -136,6 +136,23 @@ def test_windowed_results_carry_the_windows_highest_timestamp() -> None:
         assert [(r.value, r.timestamp) for r in out.read_records_to_list()] == [(1, 50), (2, 50), (3, 70), (4, 70)]
 
 
+def test_a_cached_window_flushed_as_it_closes_carries_its_highest_timestamp() -> None:
+    """With a record cache and no commit in between, the window's one result, flushed as it closes, has the highest
+    timestamp of its records: the in-order ones (50, 70) and the out-of-order ones into the open window (20, 10),
+    which must not lower it."""
+    builder = StreamsBuilder()
+    (builder.stream("in", key_serde=String, value_serde=String).group_by_key()
+     .windowed_by(TimeWindows.of(100, grace=100)).count(materialized(True)).to_stream().to("out"))
+    with TopologyTestDriver(builder.build()) as driver:
+        out = driver.create_output_topic("out", WindowedSerdes.time_windowed(String, 100), Long)
+        task = driver._tasks[0]
+        for offset, (key, ts) in enumerate((("a", 50), ("a", 20), ("a", 70), ("a", 10), ("b", 200))):
+            task.process_messages([Message(topic="in", partition=0, offset=offset, key=key.encode(), value=b"v",
+                                           timestamp=(TIMESTAMP_CREATE_TIME, ts))])
+        # stream time 200 = end + grace: [0, 100) closed and was flushed; b's window waits for a commit
+        assert [(r.key.key, r.value, r.timestamp) for r in out.read_records_to_list()] == [("a", 4, 70)]
+
+
 def test_windowed_keys_are_written_in_kafkas_format_without_naming_a_serde() -> None:
     builder = StreamsBuilder()
     (builder.stream("in", key_serde=String, value_serde=String).group_by_key()
