@@ -37,7 +37,7 @@ from streaming.runtime.record_collector import UNASSIGNED, RecordCollector
 from streaming.runtime.record_source import RecordSource, output_of, record_source_of
 from streaming.runtime.state_manager import ProcessorStateManager
 from streaming.runtime.stream_time import encode_offset_metadata, encode_record
-from streaming.state.bytes_store import StoreContext
+from streaming.state.bytes_store import FlushedUpdate, StoreContext
 from streaming.state.caching import CacheBudget
 from streaming.state.changelogging import ChangeLogger
 from streaming.timestamps import is_record_time
@@ -694,23 +694,28 @@ class StreamTask:
             self._without_input_failed(exc, f"processing failed on a record the punctuator of processor "
                                             f"{self.punctuating!r} forwarded at time {self.current_timestamp}")
 
-    def _forward_flushed(self, store: str, source: CachedSource | None, listener: Callable[..., None], key: bytes,
-                         new: bytes | None, old: bytes | None, timestamp: int, headers: Any) -> None:
-        """Hand one entry of store ``store``'s cache flush (or eviction) to ``listener``, which forwards it.
+    def _forward_flushed(self, store: str, listener: Callable[..., None], updates: list[FlushedUpdate]) -> None:
+        """Hand the entries of store ``store``'s cache flush (or eviction) to ``listener``, one by one, which forwards
+        them.
 
         As Kafka Streams sets the entry's record context around its flush listener
-        (``CachingKeyValueStore.putAndMaybeForward``), the entry's source — the input record that last wrote it
+        (``CachingKeyValueStore.putAndMaybeForward``), each entry's source — the input record that last wrote it
         — is the current record meanwhile, and the entry's timestamp the current timestamp; an error downstream
         goes to the processing handler naming that source (``ProcessorNode.process``), and the flush goes on
-        with the next entry when the handler skips this one (the store holds it already)."""
+        with the next entry when the handler skips this one (the store holds it already). The task's own record
+        context is set back once all are forwarded (or one stopped the flush)."""
         outer = self.current, self.current_timestamp, self.punctuating
-        self.current = None if source is None else record_source_of((self.id, *source, headers))
-        self.current_timestamp, self.punctuating = timestamp, None
+        self.punctuating = None
+        task_id = self.id
         try:
-            listener(key, new, old, timestamp, headers)
-        except Exception as exc:  # noqa: BLE001 - user code may raise anything; the handler decides
-            self._without_input_failed(exc, f"processing failed on a record the cache of store {store!r} forwarded "
-                                            f"when it flushed (key bytes={_preview(key)})")
+            for source, key, new, old, timestamp, headers in updates:
+                self.current = None if source is None else record_source_of((task_id, *source, headers))
+                self.current_timestamp = timestamp
+                try:
+                    listener(key, new, old, timestamp, headers)
+                except Exception as exc:  # noqa: BLE001 - user code may raise anything; the handler decides
+                    self._without_input_failed(exc, f"processing failed on a record the cache of store {store!r} "
+                                                    f"forwarded when it flushed (key bytes={_preview(key)})")
         finally:
             self.current, self.current_timestamp, self.punctuating = outer
 

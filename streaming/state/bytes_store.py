@@ -28,15 +28,20 @@ if TYPE_CHECKING:
 # A write of a layer: (key, value or None for a delete, timestamp, headers).
 Write = tuple[bytes, bytes | None, int, Any]
 
-#: How a cache flush hands one entry downstream: ``forward(source, listener, key, new, old, timestamp, headers)``
-#: calls ``listener(key, new, old, timestamp, headers)`` with ``source`` (what ``StoreContext.record_source``
-#: gave when the entry was written) as the task's current record (see ``StreamTask._forward_flushed``).
-FlushForward = Callable[..., None]
+#: A flushed cache entry to forward: ``(source, key, new, old, timestamp, headers)``; ``source`` is what
+#: ``StoreContext.record_source`` gave when the entry was written.
+FlushedUpdate = tuple[Any, bytes, Any, Any, int, Any]
+
+#: How a cache flush hands its entries downstream: ``forward(listener, updates)`` calls ``listener(key, new, old,
+#: timestamp, headers)`` for each update in turn, with its ``source`` as the task's current record (see
+#: ``StreamTask._forward_flushed``).
+FlushForward = Callable[[Callable[..., None], list[FlushedUpdate]], None]
 
 
-def call_listener(source: Any, listener: Callable[..., None], *update: Any) -> None:
+def call_listener(listener: Callable[..., None], updates: list[FlushedUpdate]) -> None:
     """The :data:`FlushForward` of a store outside a task: call the listener."""
-    listener(*update)
+    for _, key, new, old, timestamp, headers in updates:
+        listener(key, new, old, timestamp, headers)
 
 
 class BytesStore(Protocol):

@@ -339,11 +339,10 @@ class CachingBytesStore:
         self.cache.forget(entries)
         if listener is None:
             return
-        send_old, forward = self.send_old_values, self._forward
-        for (key, (value, timestamp, headers, source)), old in zip(entries, olds, strict=True):
-            if value is None and old is None:
-                continue
-            forward(source, listener, key, value, old if send_old else None, timestamp, headers)
+        send_old = self.send_old_values
+        self._forward(listener, [(source, key, value, old if send_old else None, timestamp, headers)
+                                 for (key, (value, timestamp, headers, source)), old in zip(entries, olds, strict=True)
+                                 if value is not None or old is not None])
 
     def write_through_oldest(self, count: int, expired: Container[bytes] = ()) -> None:
         """Write the ``count`` oldest dirty entries through and forward them now, as an eviction does (a window
