@@ -212,9 +212,7 @@ class StoreCache:
             value = entry[0]
             if entries.get(key) is entry:
                 del entries[key]
-                # _entry_bytes inlined: a flush forgets every entry it wrote
-                budget.used -= len(key) + ENTRY_OVERHEAD + (len(value) if type(value) is bytes else 0 if value is None
-                                                            else 8 + len(value[2]))  # type: ignore[index]
+                budget.used -= _entry_bytes(key, value)
             if keep:
                 value = stored_bytes(value)
                 old = clean.pop(key, MISSING)

@@ -191,13 +191,17 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
         store_key = raw_key + _START_SEQ.pack(window_start, seq)
         if self._written is not None:
             self._track(raw_key, store_key)
+        self._store.put(store_key, self._stored(value, timestamp), timestamp, headers)
+
+    def _stored(self, value: Any, timestamp: int) -> bytes | CachedAggregate | None:
+        """What the layers take for ``value`` written at ``timestamp``: None (a delete); with a record cache, an
+        immutable value (a number or a string) as a :class:`~streaming.state.caching.CachedAggregate`; else the
+        timestamp, then the value serialized."""
         if value is None:
-            data = None
-        elif self._caching is not None and type(value) in IMMUTABLE_AGGREGATES:
-            data = cached_aggregate((value, timestamp, self._vser(value)))
-        else:
-            data = _LONG.pack(timestamp) + self._vser(value)
-        self._store.put(store_key, data, timestamp, headers)
+            return None
+        if self._caching is not None and type(value) in IMMUTABLE_AGGREGATES:
+            return cached_aggregate((value, timestamp, self._vser(value)))
+        return _LONG.pack(timestamp) + self._vser(value)
 
     def flush_closed(self, until_start: int) -> None:
         """Write through and forward now the cached windows that start at or before ``until_start`` (the caller's
@@ -261,7 +265,7 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
             raise ValueError(f"store {self.name!r}: owned_updater needs a record cache and no duplicates")
         entries, read_below, cache_put = caching.cache.entries, caching.read_below, caching.cache.put
         inner, retention, pack, unpack = self.inner, self._retention, _START_SEQ.pack, _LONG.unpack_from
-        vde, vser, pack_timestamp = self._vde, self._vser, _LONG.pack
+        vde, stored = self._vde, self._stored
 
         def update(key: Any, raw_key: bytes, value: Any, timestamp: int, window_start: int, headers: Any) -> None:
             store_key = raw_key + pack(window_start, 0)
@@ -286,12 +290,7 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
                 self._written_time = window_start
             if self._written is not None:
                 self._track(raw_key, store_key)
-            if new is None:
-                cache_put(store_key, None, timestamp, headers)
-            elif type(new) in IMMUTABLE_AGGREGATES:
-                cache_put(store_key, cached_aggregate((new, timestamp, vser(new))), timestamp, headers)
-            else:
-                cache_put(store_key, pack_timestamp(timestamp) + vser(new), timestamp, headers)
+            cache_put(store_key, stored(new, timestamp), timestamp, headers)
         return update
 
     def fetch(self, key: Any, time_from: int, time_to: int | None = None) -> Any:
