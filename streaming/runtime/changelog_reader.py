@@ -29,6 +29,11 @@ from streaming.runtime.task_timeouts import DEFAULT_TASK_TIMEOUT_MS, TaskTimeout
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+#: How long :meth:`StoreChangelogReader.end_offsets` waits for records or EOF per ``consume`` call.
+END_OFFSETS_SLICE_S = 0.002
+#: The end-offsets reader's fetch wait (measured on the embedded broker, 8 partitions: 0.03 s a call with the
+#: restore consumer's 20 ms, 0.012 s with 5 ms).
+END_OFFSETS_FETCH_WAIT_MS = 5
 STALL_SECONDS = 2.0  # a restore with neither records nor EOF this long gets its start offset verified
 
 
@@ -77,6 +82,7 @@ class StoreChangelogReader:
         # Of a task still restoring other stores: where its completed stores ended (for its checkpoint).
         self._completed: dict[str, dict[TP, int]] = {}
         self._last_log = 0.0
+        self._end_offsets_starved = False  # end_offsets got no EOF with its short fetch wait once
         self.restored: dict[tuple[str, str, int], int] = {}  # (store, topic, partition) -> records applied
 
     @property
@@ -336,6 +342,11 @@ class StoreChangelogReader:
         ListOffsets "latest" is only a lower bound on the embedded broker (the last batch's base + 1),
         so read from it to partition EOF, whose offset comes from the fetch high watermark: exact on
         any broker, at the cost of re-reading at most one batch per partition.
+
+        The reader's fetch wait is :data:`END_OFFSETS_FETCH_WAIT_MS` (librdkafka reports EOF after a fetch that
+        found nothing more, which the broker holds for the whole wait): a close pays ~10 ms here, not 30-40. A
+        reader that gets no EOF within ``STARVED_AFTER_S`` (the embedded broker on S3 storage under load:
+        :func:`starved_reader_config`) goes on with the longer wait, and so does every later call.
         """
         if not tps:
             return {}
@@ -346,17 +357,32 @@ class StoreChangelogReader:
             if tp.error is not None:
                 raise KafkaException(tp.error)
             lower[(tp.topic, tp.partition)] = max(tp.offset, 0)
-        reader = Consumer({**self._config, "group.id": f"{self._group}-end-offsets"})
+        base = {**self._config, "group.id": f"{self._group}-end-offsets"}
+        starved = self._end_offsets_starved or int(base["fetch.wait.max.ms"]) >= STARVED_FETCH_WAIT_MS
+        wait = min(int(base["fetch.wait.max.ms"]), END_OFFSETS_FETCH_WAIT_MS)
+        reader = Consumer(starved_reader_config(base) if starved else {**base, "fetch.wait.max.ms": str(wait)})
         ends: dict[TP, int] = {}
         try:
             reader.assign([TopicPartition(t, p, o) for (t, p), o in lower.items()])
-            deadline = time.monotonic() + timeout
+            started = time.monotonic()
+            deadline = started + timeout
             while len(ends) < len(tps):
-                if time.monotonic() > deadline:
+                now = time.monotonic()
+                if now > deadline:
                     missing = sorted(set(tps) - set(ends))
                     raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
                                                     f"no partition EOF for changelogs {missing} within {timeout} s"))
-                for message in reader.consume(10_000, 0.01):  # it waits the whole 0.01 s unless 10,000 came
+                if not starved and now - started >= STARVED_AFTER_S:
+                    starved = self._end_offsets_starved = True
+                    log.info("the changelog end-offsets reader got no partition EOF within %.0f s: it goes on with "
+                             "the longer fetch wait of a starved reader, now and at every later call "
+                             "(docs/broker-limits.md, fetch time budget)", STARVED_AFTER_S)
+                    reader.close()
+                    reader = Consumer(starved_reader_config(base))
+                    reader.assign([TopicPartition(t, p, o) for (t, p), o in lower.items() if (t, p) not in ends])
+                # consume(n, timeout) waits the whole timeout unless n came: short slices, so the ends are known
+                # a slice after the last EOF arrived.
+                for message in reader.consume(10_000, END_OFFSETS_SLICE_S):
                     error = message.error()
                     tp = (message.topic(), message.partition())
                     if error is None:

@@ -1,10 +1,17 @@
 """Change logging: the layer that writes a store's changes to its changelog topic.
 
 The changelog is the store's durable log: a restore replays it, standby replicas tail it, the
-platform compacts it into snapshots. The layer logs write-behind: it keeps the latest write of each
-key and logs them when the store is flushed (every commit, before the producer is flushed and the
-input offsets committed) or when ``max_dirty`` keys wait. A changelog record per key per commit
-restores the same state as one per update, and a commit never covers a change that is not logged.
+platform compacts it into snapshots. A single write (``put``: a store without a record cache) is logged
+write-behind: the layer keeps the latest write of each key and logs them when the store is flushed
+(every commit, before the producer is flushed and the input offsets committed) or when ``max_dirty``
+keys wait. A changelog record per key per commit restores the same state as one per update, and a
+commit never covers a change that is not logged.
+
+A batch (``put_all``, ``log_only``: a record cache's write-through, which holds one write per key
+already) is logged as it arrives, as Kafka Streams' changelogging stores log each write that reaches
+them: keeping it back would collapse nothing, and would only move its sends to the commit (a window
+store's closed windows, written through as they close, would all be sent by the next commit, the last
+one of a close included).
 """
 
 from __future__ import annotations
@@ -74,14 +81,17 @@ class ChangeLoggingBytesStore:
         self.log_only(writes)
 
     def log_only(self, writes: list[Write]) -> None:
-        """Log ``writes`` without writing them to the store below: writes no read of it would return (a window
-        store's windows behind its expiry floor). Kafka Streams' changelogging window store logs the writes its
-        segmented store drops for an expired segment, too (``ChangeLoggingWindowBytesStore.put``)."""
+        """Log ``writes`` now (see the module doc) without writing them to the store below: writes no read of it
+        would return (a window store's windows behind its expiry floor). Kafka Streams' changelogging window store
+        logs the writes its segmented store drops for an expired segment, too (``ChangeLoggingWindowBytesStore.put``).
+        A key's write still waiting from ``put`` is dropped: it is older, and logged after this one it would win."""
         dirty = self._dirty
+        if dirty:
+            for write in writes:
+                dirty.pop(write[0], None)
+        log, strip = self.logger.log, self._timestamped
         for key, value, timestamp, _ in writes:
-            dirty[key] = (value, timestamp)
-        if len(dirty) > self._max_dirty:
-            self._log_dirty()
+            log(key, value[8:] if strip and value is not None else value, timestamp)
 
     def _log_dirty(self) -> None:
         log, strip = self.logger.log, self._timestamped

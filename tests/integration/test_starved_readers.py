@@ -196,3 +196,26 @@ def test_a_restore_gets_through_a_broker_that_starves_short_fetches(
     assert reader.restored[("counts", topic, 0)] == RECORDS
     assert any(WIDENED in record.getMessage() for record in caplog.records)
     print(f"{RECORDS} one-record batches restored in {time.monotonic() - started:.1f} s")
+
+
+def test_a_changelogs_end_offset_gets_through_a_broker_that_starves_short_fetches(
+        slow_broker: str, unique_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The end-offsets reader fetches with a 5 ms wait (a close pays ~10 ms for it); starved, it goes on with the
+    longer wait, and so does its next call."""
+    topic = f"{unique_name}-counts-changelog"
+    write_batches(slow_broker, topic, [str(n).encode() for n in range(RECORDS)], b"k")
+    reader = StoreChangelogReader({"bootstrap.servers": slow_broker, "group.id": unique_name}, None,
+                                  timeouts=TaskTimeouts(TASK_TIMEOUT_MS))
+    try:
+        with caplog.at_level(logging.INFO, logger="streaming.runtime.changelog_reader"):
+            started = time.monotonic()
+            assert reader.end_offsets([(topic, 0)], timeout=60) == {(topic, 0): RECORDS}
+            first = time.monotonic() - started
+            started = time.monotonic()
+            assert reader.end_offsets([(topic, 0)], timeout=60) == {(topic, 0): RECORDS}
+            second = time.monotonic() - started
+    finally:
+        reader.close()
+    widened = [record for record in caplog.records if "end-offsets reader got no partition EOF" in record.getMessage()]
+    assert len(widened) == 1, "the first call widens the wait once; the second starts with the longer wait"
+    print(f"end offset read in {first:.1f} s (starved, then widened), then in {second:.1f} s")

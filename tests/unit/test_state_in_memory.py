@@ -227,3 +227,26 @@ def test_the_per_record_reads_see_every_layer_as_get_does(logging: bool, caching
     store.flush()
     assert lookup("a") is missing and get_at(key_bytes("a")) is None
     assert [key for _, key, _ in collector.sent] == ([b"a", b"a"] if logging else [])
+
+
+def test_the_changelog_takes_a_batch_as_it_comes_and_a_single_write_at_the_flush() -> None:
+    """``put`` is logged write-behind (the latest per key, at the flush); ``put_all`` (a record cache's write-through)
+    at once. A key's single write still waiting when a batch writes it again is not logged after the batch: the
+    changelog's last record of each key is the store's value."""
+    from streaming.state.changelogging import ChangeLoggingBytesStore
+    from streaming.state.memory import InMemoryBytesStore
+
+    collector = _Sent()
+    store = ChangeLoggingBytesStore(InMemoryBytesStore("kv"), ChangeLogger(collector, "app-kv-changelog", 0),
+                                    timestamped=False)
+    store.open(None)
+    store.put(b"a", b"1", 1)
+    store.put(b"b", b"1", 1)
+    store.put(b"a", b"2", 2)
+    assert collector.sent == []
+    store.put_all([(b"a", b"3", 3, None), (b"c", b"1", 3, None)])
+    assert collector.sent == [("app-kv-changelog", b"a", b"3"), ("app-kv-changelog", b"c", b"1")]
+    store.log_only([(b"d", None, 4, None)])
+    store.flush()
+    assert collector.sent[2:] == [("app-kv-changelog", b"d", None), ("app-kv-changelog", b"b", b"1")]
+    assert store.get(b"a") == b"3" and store.get(b"d") is None
