@@ -350,8 +350,14 @@ class StreamThread(threading.Thread):
         """Abort the open transaction (best effort), drop its failed deliveries, close every task dirty and wipe
         its local state; return the input partitions the tasks owned, and the tasks' ids."""
         producer = self.collector.producer
+        uncommitted = {tp: span for task in self.tasks.tasks.values() for tp, span in task.uncommitted_spans().items()}
         if isinstance(producer, TransactionalProducer):
             producer.abort()
+        if uncommitted:
+            log.warning("%s: the abandoned transaction held the outputs and state changes of input offsets %s "
+                        "(each [first, end)); they are processed again from the last commit", self.name,
+                        ", ".join(f"{topic}[{partition}]: [{start or 0}, {end})"  # never committed: from 0
+                                  for (topic, partition), (start, end) in sorted(uncommitted.items())))
         self.collector.discard_failures()
         task_ids = sorted(self.tasks.tasks)
         partitions = self.tasks.close_dirty_and_wipe()

@@ -775,15 +775,18 @@ class StreamTask:
         """The time of each of the task's time-driven nodes that has one (-1: no record yet)."""
         return {key: tracker.time for key, tracker in self._observed.items()}
 
+    def uncommitted_spans(self) -> dict[TopicPartition, tuple[int | None, int]]:
+        """Per input partition, the offsets processed since the last commit, ``[first, end)`` (``first`` None when
+        nothing was ever committed): the input whose outputs and state changes an open transaction holds."""
+        committed = self._committed
+        return {tp: (committed.get(tp), end) for tp, end in self.consumed.items() if committed.get(tp) != end}
+
     def uncommitted_inputs(self) -> str:
         """The input records processed since the last commit, per partition (what a failed delivery names: its
         record is the output of one of them); "" if none."""
-        spans = []
-        for tp, end in self.consumed.items():
-            start = self._committed.get(tp)
-            if start != end:
-                offsets = f"offsets {start}-{end - 1}" if start is not None else f"offsets up to {end - 1}"
-                spans.append(f"topic {tp[0]!r} partition {tp[1]} {offsets}")
+        spans = [f"topic {tp[0]!r} partition {tp[1]} "
+                 + (f"offsets {start}-{end - 1}" if start is not None else f"offsets up to {end - 1}")
+                 for tp, (start, end) in self.uncommitted_spans().items()]
         return f"task {self.id}: {', '.join(spans)}" if spans else ""
 
     def offset_metadata(self, tp: TopicPartition) -> str:

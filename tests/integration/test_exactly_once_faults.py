@@ -7,7 +7,10 @@ The same accounting applies (every input record in the output, a dead letter or 
 least the oracle's, any excess explained by records output twice). Under exactly-once on the embedded
 broker, a record is output twice only when an aborted transaction's output stays visible (the broker does
 not hide aborted records from read_committed readers), and a count can exceed the oracle's only when a
-restore replayed an aborted transaction's changelog write (docs/broker-limits.md). The run prints both.
+restore replayed an aborted transaction's changelog write (docs/broker-limits.md). The run prints both. A
+transaction is aborted by a kill (the restarted worker's ``init_transactions``) or by a live worker that abandons
+it (a failed commit, a fencing, lost partitions during a slow rebalance), whose warning names the input offsets it
+held: every record output twice must be explained by one or the other.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def test_random_sigkills_under_exactly_once(bootstrap: str, unique_name: str, tm
     print(f"exactly-once fault injection: {outcome.kills} kills ({outcome.wipes} restarts on wiped state), "
           f"{outcome.records} records, {outcome.duplicates} outputs of aborted transactions visible, "
           f"{outcome.excess} counts above the oracle from restored aborted changelog writes, "
-          f"{outcome.unexplained_duplicates} duplicates no kill explains")
+          f"{outcome.abort_explained_duplicates} duplicates from transactions a live worker abandoned, "
+          f"{outcome.unexplained_duplicates} duplicates neither a kill nor an abandoned transaction explains")
     assert outcome.kills == RUN.kills
     assert outcome.unexplained_duplicates == 0

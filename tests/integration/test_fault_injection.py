@@ -102,7 +102,8 @@ class Outcome:
     committed_at_kills: list[dict[int, int]] = field(default_factory=list)  # per input partition, at each kill
     produced_at_kills: list[dict[int, int]] = field(default_factory=list)  # end offsets of what was sent by then
     replaying_kills: int = 0  # kills after which records the victim had processed were processed again
-    unexplained_duplicates: int = 0  # records emitted twice that no kill left uncommitted
+    abort_explained_duplicates: int = 0  # records emitted twice that an abandoned transaction (no kill) explains
+    unexplained_duplicates: int = 0  # records emitted twice that neither explains
 
 
 class Workers:
@@ -149,6 +150,15 @@ class Workers:
         skips = re.compile(rf"error at topic {re.escape(self.source)} partition (\d+) offset (\d+) skipped")
         return {(int(p), int(o)) for i in range(len(self.processes))
                 for p, o in skips.findall(self.log(i).read_text(errors="replace"))}
+
+    def aborted(self) -> list[tuple[int, int, int]]:
+        """(partition, first, end) of the input offsets whose outputs a transaction held when a worker abandoned it
+        (aborted, fenced or lost: the worker's warning names them), over all lives; the outputs of an aborted
+        transaction stay visible on the embedded broker, so these records may be output twice."""
+        spans = re.compile(rf"{re.escape(self.source)}\[(\d+)\]: \[(\d+), (\d+)\)")
+        return [(int(p), int(first), int(end)) for i in range(len(self.processes))
+                for line in self.log(i).read_text(errors="replace").splitlines() if "abandoned transaction" in line
+                for p, first, end in spans.findall(line)]
 
     def settled(self) -> bool:
         """Whether every worker is RUNNING (the group formed, every task restored)."""
@@ -295,7 +305,7 @@ def inject_faults(run: Run, bootstrap: str, unique_name: str, tmp_path: Path) ->
     finally:
         workers.kill_all()
     try:
-        account(run, bootstrap, app_id, source, sink, feeder.produced, workers.skipped(), outcome)
+        account(run, bootstrap, app_id, source, sink, feeder.produced, workers.skipped(), outcome, workers.aborted())
     except AssertionError:
         kept = ROOT / "test-artifacts" / f"fault-injection-{app_id}"
         shutil.copytree(workers.dir, kept, ignore=shutil.ignore_patterns("state-*"), dirs_exist_ok=True)
@@ -307,9 +317,11 @@ def inject_faults(run: Run, bootstrap: str, unique_name: str, tmp_path: Path) ->
 
 
 def account(run: Run, bootstrap: str, app_id: str, source: str, sink: str, produced: int,
-            skipped: set[tuple[int, int]], outcome: Outcome) -> None:
+            skipped: set[tuple[int, int]], outcome: Outcome, aborted: list[tuple[int, int, int]] = ()) -> None:
     """Every input record is in the output, the dead-letter topic or the workers' skip warnings; the final
-    counts are the oracle's, plus at most what records processed twice explain."""
+    counts are the oracle's, plus at most what records processed twice explain. A record output twice is explained
+    by a kill that found it produced but not committed, or by a transaction a live worker abandoned while it held
+    the record's outputs (``aborted``: (partition, first, end) from the workers' logs)."""
     inputs = {(r.partition, r.offset): r for r in read_topic(bootstrap, source, Serdes.Bytes(), Serdes.Bytes(),
                                                                PARTITIONS)}
     assert len(inputs) == produced
@@ -378,10 +390,12 @@ def account(run: Run, bootstrap: str, app_id: str, source: str, sink: str, produ
             kill = next((k for k, (committed, produced) in enumerate(zip(outcome.committed_at_kills,
                                                                           outcome.produced_at_kills, strict=True))
                          if committed.get(partition, 0) <= offset < produced.get(partition, 0)), None)
-            if kill is None:
-                outcome.unexplained_duplicates += times - 1
-            else:
+            if kill is not None:
                 replaying.add(kill)
+            elif any(p == partition and first <= offset < end for p, first, end in aborted):
+                outcome.abort_explained_duplicates += times - 1
+            else:
+                outcome.unexplained_duplicates += times - 1
     outcome.replaying_kills = len(replaying)
     outcome.records = len(inputs)
     outcome.duplicates = sum(extra_emissions.values())
