@@ -40,6 +40,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -317,7 +318,7 @@ def inject_faults(run: Run, bootstrap: str, unique_name: str, tmp_path: Path) ->
 
 
 def account(run: Run, bootstrap: str, app_id: str, source: str, sink: str, produced: int,
-            skipped: set[tuple[int, int]], outcome: Outcome, aborted: list[tuple[int, int, int]] = ()) -> None:
+            skipped: set[tuple[int, int]], outcome: Outcome, aborted: Sequence[tuple[int, int, int]] = ()) -> None:
     """Every input record is in the output, the dead-letter topic or the workers' skip warnings; the final
     counts are the oracle's, plus at most what records processed twice explain. A record output twice is explained
     by a kill that found it produced but not committed, or by a transaction a live worker abandoned while it held
