@@ -8,7 +8,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    ConsumerGroupState,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from streaming.config import SHED, StreamsConfig
@@ -41,6 +50,11 @@ WAITING_LOG_S = 5.0
 #: assignment at most :data:`CLOSE_JOIN_WAIT_S` more (see :meth:`StreamThread._finish_join`).
 CLOSE_SETTLE_S = 1.0
 CLOSE_JOIN_WAIT_S = 10.0
+#: How long a stopping thread waits for the group coordinator's answer to DescribeGroups (~1 ms on the embedded
+#: broker) before it settles instead (see :meth:`StreamThread._finish_join`).
+GROUP_STATE_TIMEOUT_S = 1.0
+#: The group states in which a stopping thread leaves at once: formed, or no member left (nothing waits on it).
+LEAVE_AT_ONCE_STATES = frozenset({ConsumerGroupState.STABLE, ConsumerGroupState.EMPTY})
 #: An idle thread waits for records ``poll.ms`` at most, in slices this long (a close is seen within one slice).
 IDLE_WAIT_SLICE_S = 0.01
 LAG_INTERVAL_MS = 1000  # how often the loop refreshes the lag per input partition (for /metrics)
@@ -377,30 +391,38 @@ class StreamThread(threading.Thread):
             self.consumer.seek(tp)
 
     def _finish_join(self) -> None:
-        """Before the consumer leaves its group: poll for :data:`CLOSE_SETTLE_S` (two heartbeats), so that a
-        rebalance another member started shows up, and while this thread waits for an assignment, poll until it
-        arrives (at most :data:`CLOSE_JOIN_WAIT_S`): the consumer then leaves a formed group.
+        """Before the consumer leaves its group, make sure it leaves a formed group: on the embedded broker, a member
+        that leaves while its group forms stays the group's leader, and every later member waits for that departed
+        leader's assignment for minutes (Tansu 0.6.0, docs/broker-limits.md).
 
-        The embedded broker (Tansu 0.6.0) keeps a group's leader as leader when it leaves before the group has
-        formed (its ``Forming`` state), so every later member waits for that departed leader's assignment for
-        minutes (docs/broker-limits.md). Records polled here are dropped unprocessed, so their offsets are not
-        committed; :meth:`_on_assign` starts no task while stopping.
+        - A thread that holds its assignment and is alone in its group (``alone_in_group()``: one stream thread, and
+          no other instance of the application alive by its announcements on ``<application.id>-metadata``, none
+          departed in the last 30 s) leaves at once: no rebalance can be under way.
+        - Otherwise it asks the group coordinator for the group's state (DescribeGroups, ~1 ms). STABLE (formed) or
+          EMPTY: it leaves at once. Forming (another member left or joined; the embedded broker answers UNKNOWN):
+          it polls, taking part in the rebalance, until the group is formed again and this thread holds its
+          assignment (at most :data:`CLOSE_JOIN_WAIT_S`), then leaves.
+        - A thread waiting for its assignment (stopped during a join), or one whose coordinator did not answer, does
+          what it did before the state could be read: it polls :data:`CLOSE_SETTLE_S` (two heartbeats) so that a
+          rebalance another member started shows up, and while it waits for an assignment polls until it arrives
+          (at most :data:`CLOSE_JOIN_WAIT_S`).
 
-        The settle is needed in a formed group too: when all its workers stop at once, the first to leave starts a
-        rebalance, and one that left without settling would leave that rebalance's group leaderless (tried: the
-        demo's fresh instance then waited for its assignment for minutes). It is skipped only when this thread
-        holds an assignment and ``alone_in_group()`` says no other member exists (one stream thread, and no other
-        instance of the application alive by its announcements on ``<application.id>-metadata``): then no
-        rebalance can be under way, and the close takes milliseconds. An instance that starts in the few
-        milliseconds between its join and its first announcement is not seen; it joins the group this thread
-        leaves, which is the case the settle cannot cover either (a join after the settle).
+        Records polled here are dropped unprocessed, so their offsets are not committed; :meth:`_on_assign` starts no
+        task while stopping. Members that leave in the same instant are not covered (each sees the group formed); the
+        demo stops its workers one after the other, as a rolling stop does.
 
         All of this is skipped (the consumer leaves at once, as Kafka Streams' does) when ``settle_on_leave`` is
         False: a cluster that is not the embedded broker (KafkaStreams tells by its cluster id)."""
         if not self._settle_on_leave or (self._waiting_since is None and self._alone_in_group()):
             self.settled_before_leaving = False
             return
-        self.settled_before_leaving = True
+        state = self._group_state() if self._waiting_since is None else None
+        self.settled_before_leaving = state not in LEAVE_AT_ONCE_STATES
+        if not self.settled_before_leaving:
+            return
+        if state is not None:
+            self._wait_until_formed(state)
+            return
         settle = time.monotonic() + CLOSE_SETTLE_S
         while self._waiting_since is None and time.monotonic() < settle:
             self.consumer.poll(0.1)
@@ -414,6 +436,30 @@ class StreamThread(threading.Thread):
         if self._waiting_since is not None:
             log.warning("%s got no assignment in group %r within %.0f s of stopping; it leaves the group anyway",
                         self.name, self.config.application_id, CLOSE_JOIN_WAIT_S)
+
+    def _group_state(self) -> ConsumerGroupState | None:
+        """The group's state by its coordinator (DescribeGroups); None if it did not answer in
+        :data:`GROUP_STATE_TIMEOUT_S`."""
+        group = self.config.application_id
+        try:
+            described = self.admin.describe_consumer_groups([group], request_timeout=GROUP_STATE_TIMEOUT_S)[group]
+            return described.result(timeout=GROUP_STATE_TIMEOUT_S + 1).state
+        except (KafkaException, TimeoutError) as exc:
+            log.debug("%s: the state of group %r is unknown (%s); it settles before it leaves", self.name, group, exc)
+            return None
+
+    def _wait_until_formed(self, state: ConsumerGroupState) -> None:
+        """Poll until the group is formed again and this thread holds its assignment, at most
+        :data:`CLOSE_JOIN_WAIT_S`."""
+        log.info("%s is stopping while group %r forms (%s): it waits up to %.0f s for the group to form before it "
+                 "leaves", self.name, self.config.application_id, state.name, CLOSE_JOIN_WAIT_S)
+        deadline = time.monotonic() + CLOSE_JOIN_WAIT_S
+        while time.monotonic() < deadline:
+            self.consumer.poll(0.1)
+            if self._waiting_since is None and (state := self._group_state()) in LEAVE_AT_ONCE_STATES:
+                return
+        log.warning("%s: group %r had not formed within %.0f s of stopping (%s); it leaves the group anyway",
+                    self.name, self.config.application_id, CLOSE_JOIN_WAIT_S, state.name if state else "no answer")
 
     def _dispatch(self, messages: list[Any], task_of: dict[tuple[str, int], StreamTask]) -> None:
         """Hand each run of same-partition messages to its task (librdkafka returns them in runs)."""

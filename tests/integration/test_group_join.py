@@ -5,7 +5,8 @@ its close without waiting out ``poll.ms``.
 
 Tansu 0.6.0 keeps a member that leaves a group before it has formed as the group's leader, so every later
 member's SyncGroup answers REBALANCE_IN_PROGRESS for many minutes (docs/broker-limits.md). A stopping stream
-thread therefore finishes its join before it leaves (``StreamThread._finish_join``).
+thread therefore leaves only a formed group: it asks the coordinator for the group's state, and finishes a join
+under way before it leaves (``StreamThread._finish_join``).
 """
 
 from __future__ import annotations
@@ -95,33 +96,58 @@ def test_an_idle_instance_sees_its_close_without_waiting_out_poll_ms(bootstrap: 
     assert app.exception is None
 
 
-def test_instances_stopped_together_both_settle_before_they_leave(bootstrap: str, unique_name: str,
-                                                                 tmp_path: Path) -> None:
-    """The demo's stop: both workers of a formed group close at once. Each sees the other's announcement, so each
-    settles before it leaves (one that did not left the next rebalance's group leaderless on the embedded broker)."""
+def next_instance_joins(instance: Callable[[str], KafkaStreams], name: str) -> float:
+    """Start one more instance of the application, wait for its assignment and close it; returns the wait."""
+    started = time.monotonic()
+    following = instance(name)
+    following.start()
+    try:
+        wait_for(lambda: following.state is State.RUNNING, 60, "the next instance to get its assignment")
+        return time.monotonic() - started
+    finally:
+        assert following.close(30)
+
+
+def test_instances_of_a_formed_group_stopped_together_leave_at_once_and_the_next_joins(
+        bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    """Both workers of a formed group close at once. Each asks the coordinator for the group's state first: formed,
+    so it leaves without settling and closes in milliseconds. One whose question comes after the other's leave finds
+    the group forming and waits for it to form again (a member leaving mid-rebalance would leave the group leaderless
+    on the embedded broker). Either way the next instance gets its assignment in a normal join."""
     instance = pass_through(bootstrap, unique_name, tmp_path)
     pair = [instance("one"), instance("two")]
     for app in pair:
         app.start()
+    took: dict[int, float] = {}
+
+    def close(index: int) -> None:
+        started = time.monotonic()
+        assert pair[index].close(30)
+        took[index] = time.monotonic() - started
+
     try:
         wait_for(lambda: all(app.state is State.RUNNING for app in pair), 90, "both instances to run")
-        time.sleep(1.0)  # each has announced its assignment
+        time.sleep(1.0)  # each has announced its assignment: each has company
     finally:
-        closers = [threading.Thread(target=app.close, args=(30,)) for app in pair]
+        closers = [threading.Thread(target=close, args=(index,)) for index in range(2)]
         for closer in closers:
             closer.start()
         for closer in closers:
             closer.join(60)
-    assert [thread.settled_before_leaving for app in pair for thread in app._threads] == [True, True]
+    settled = [thread.settled_before_leaving for app in pair for thread in app._threads]
+    assert False in settled, f"neither found the group formed: {settled}"
+    assert all(took[index] < 0.8 for index in range(2) if not settled[index]), took  # a settle alone polls 1 s
     assert all(app.exception is None for app in pair)
+    assert next_instance_joins(instance, "next") < 30
 
 
-def test_the_last_instance_settles_when_another_left_just_before(bootstrap: str, unique_name: str,
-                                                                 tmp_path: Path) -> None:
-    """The demo's stop when the workers stop one after the other: the second closes just after the first left. It has
-    no live company by the announcements, but the first's leave started a rebalance, so it settles before it leaves
-    (one that left in the middle of that rebalance left the group leaderless for the next instance on the embedded
-    broker: the demo's restore then waited for its assignment for minutes)."""
+def test_the_last_instance_waits_for_the_group_to_form_when_another_left_just_before(
+        bootstrap: str, unique_name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The demo's stop: the workers stop one after the other. The first leaves a formed group at once; its leave starts
+    a rebalance, so the last finds the group forming and waits until it has formed again before it leaves (one that
+    left in the middle of that rebalance left the group leaderless for the next instance on the embedded broker: the
+    demo's restore then waited for its assignment for minutes)."""
+    caplog.set_level(logging.INFO, logger="streaming.runtime.stream_thread")
     instance = pass_through(bootstrap, unique_name, tmp_path)
     first, last = instance("first"), instance("last")
     for app in (first, last):
@@ -129,11 +155,16 @@ def test_the_last_instance_settles_when_another_left_just_before(bootstrap: str,
     try:
         wait_for(lambda: first.state is State.RUNNING and last.state is State.RUNNING, 90, "both instances to run")
         time.sleep(1.0)  # each has announced its assignment
+        started = time.monotonic()
         assert first.close(30)
+        first_close = time.monotonic() - started
     finally:
         assert last.close(30)
-    assert [thread.settled_before_leaving for app in (first, last) for thread in app._threads] == [True, True]
+    assert [thread.settled_before_leaving for app in (first, last) for thread in app._threads] == [False, True]
+    assert first_close < 0.8
+    assert "waits up to 10 s for the group to form before it leaves" in caplog.text
     assert first.exception is None and last.exception is None
+    assert next_instance_joins(instance, "next") < 30
 
 
 def test_on_a_cluster_that_is_not_the_embedded_broker_instances_leave_at_once(tmp_path: Path) -> None:
