@@ -59,9 +59,9 @@ from streaming.topology.topology import Topology
 
 log = logging.getLogger(__name__)
 
-#: A stream thread that would be alone in its group still settles before it leaves when another instance left this
-#: recently: that leave started a rebalance, and a member leaving in its middle leaves the embedded broker's group
-#: leaderless (docs/broker-limits.md). It takes ~3 s on the embedded broker; 30 s also covers a loaded machine.
+#: A stream thread that would be alone in its group still reads the group's state before it leaves when another
+#: instance left this recently: that leave started a rebalance, and a member leaving in its middle can leave the
+#: embedded broker's group with a departed leader (docs/broker-limits.md). It takes ~3 s on the embedded broker; 30 s also covers a loaded machine.
 REBALANCE_AFTER_LEAVE_S = 30.0
 
 
@@ -456,7 +456,7 @@ class KafkaStreams:
         """Whether this instance's one stream thread is the only member of the group, with no rebalance under way:
         no other thread, no other instance alive by the announcements, and none that left in the last
         :data:`REBALANCE_AFTER_LEAVE_S` (its leave starts a rebalance this thread must not leave in the middle of).
-        False when the announcements cannot be read: the stream thread then settles before it leaves
+        False when the announcements cannot be read: the stream thread then reads the group's state before it leaves
         (:meth:`StreamThread._finish_join`)."""
         if self.config["num.stream.threads"] != 1 or self._iq is None:
             return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -46,13 +47,18 @@ log = logging.getLogger(__name__)
 
 
 WAITING_LOG_S = 5.0
-#: A stopping thread that is not alone in its group polls this long before it leaves, and while it waits for an
-#: assignment at most :data:`CLOSE_JOIN_WAIT_S` more (see :meth:`StreamThread._finish_join`).
+#: A stopping thread that waits for its assignment, or cannot read its group's state, polls this long before it
+#: leaves, and while it waits for an assignment (or for a forming group to form) at most :data:`CLOSE_JOIN_WAIT_S`
+#: more (see :meth:`StreamThread._finish_join`).
 CLOSE_SETTLE_S = 1.0
 CLOSE_JOIN_WAIT_S = 10.0
 #: How long a stopping thread waits for the group coordinator's answer to DescribeGroups (~1 ms on the embedded
 #: broker) before it settles instead (see :meth:`StreamThread._finish_join`).
 GROUP_STATE_TIMEOUT_S = 1.0
+#: Before it reads the group's state, a stopping thread with company waits a random time up to this long: of members
+#: stopped in the same instant, one then most likely reads the state after the other's leave (see
+#: :meth:`StreamThread._finish_join`).
+LEAVE_JITTER_S = 0.1
 #: The group states in which a stopping thread leaves at once: formed, or no member left (nothing waits on it).
 LEAVE_AT_ONCE_STATES = frozenset({ConsumerGroupState.STABLE, ConsumerGroupState.EMPTY})
 #: An idle thread waits for records ``poll.ms`` at most, in slices this long (a close is seen within one slice).
@@ -194,8 +200,8 @@ class StreamThread(threading.Thread):
                     break
                 except (TaskMigratedError, TaskCorruptedError) as failure:  # a transactional producer, or a fatal one
                     self._recover_transaction(failure)
-            self._finish_join()
             self.tasks.shutdown()
+            self._finish_join()  # last: the group's state is read right before the consumer leaves
         except BaseException as exc:  # report every failure, including a KeyboardInterrupt in the thread
             self.exception = exc
             self._clean_shutdown = False
@@ -398,25 +404,32 @@ class StreamThread(threading.Thread):
         - A thread that holds its assignment and is alone in its group (``alone_in_group()``: one stream thread, and
           no other instance of the application alive by its announcements on ``<application.id>-metadata``, none
           departed in the last 30 s) leaves at once: no rebalance can be under way.
-        - Otherwise it asks the group coordinator for the group's state (DescribeGroups, ~1 ms). STABLE (formed) or
-          EMPTY: it leaves at once. Forming (another member left or joined; the embedded broker answers UNKNOWN):
-          it polls, taking part in the rebalance, until the group is formed again and this thread holds its
-          assignment (at most :data:`CLOSE_JOIN_WAIT_S`), then leaves.
+        - Otherwise, after a random wait of up to :data:`LEAVE_JITTER_S`, it asks the group coordinator for the
+          group's state (DescribeGroups, ~1 ms). STABLE (formed) or EMPTY: it leaves at once. Forming (another
+          member left or joined; the embedded broker answers UNKNOWN): it polls, taking part in the rebalance, until
+          the group is formed again and this thread holds its assignment (at most :data:`CLOSE_JOIN_WAIT_S`), then
+          leaves.
         - A thread waiting for its assignment (stopped during a join), or one whose coordinator did not answer, does
           what it did before the state could be read: it polls :data:`CLOSE_SETTLE_S` (two heartbeats) so that a
           rebalance another member started shows up, and while it waits for an assignment polls until it arrives
           (at most :data:`CLOSE_JOIN_WAIT_S`).
 
-        Records polled here are dropped unprocessed, so their offsets are not committed; :meth:`_on_assign` starts no
-        task while stopping. Members that leave in the same instant are not covered (each sees the group formed); the
-        demo stops its workers one after the other, as a rolling stop does.
+        It runs after the tasks closed (committed, checkpointed), right before the consumer leaves, so the state it
+        reads is a few milliseconds old when the leave arrives. Records polled here are dropped; a rebalance finds no
+        task to suspend, and :meth:`_on_assign` starts none while stopping. Members stopped in the same instant: the
+        second leave lands in the group the first started forming, and if it is the leader's, the group keeps the
+        departed leader (measured in docs/broker-limits.md). The random wait makes one of them read the state after
+        the other's leave, and so wait for the group to form, unless both waits end within a few milliseconds.
 
         All of this is skipped (the consumer leaves at once, as Kafka Streams' does) when ``settle_on_leave`` is
         False: a cluster that is not the embedded broker (KafkaStreams tells by its cluster id)."""
         if not self._settle_on_leave or (self._waiting_since is None and self._alone_in_group()):
             self.settled_before_leaving = False
             return
-        state = self._group_state() if self._waiting_since is None else None
+        state = None
+        if self._waiting_since is None:
+            time.sleep(random.uniform(0, LEAVE_JITTER_S))  # spreads members stopped in the same instant
+            state = self._group_state()
         self.settled_before_leaving = state not in LEAVE_AT_ONCE_STATES
         if not self.settled_before_leaving:
             return
