@@ -61,7 +61,8 @@ log = logging.getLogger(__name__)
 
 #: A stream thread that would be alone in its group still reads the group's state before it leaves when another
 #: instance left this recently: that leave started a rebalance, and a member leaving in its middle can leave the
-#: embedded broker's group with a departed leader (docs/broker-limits.md). It takes ~3 s on the embedded broker; 30 s also covers a loaded machine.
+#: embedded broker's group with a departed leader (docs/broker-limits.md). It takes ~3 s on the embedded broker;
+#: 30 s also covers a loaded machine.
 REBALANCE_AFTER_LEAVE_S = 30.0
 
 
