@@ -110,10 +110,11 @@ def next_instance_joins(instance: Callable[[str], KafkaStreams], name: str) -> f
 
 def test_instances_of_a_formed_group_stopped_together_leave_at_once_and_the_next_joins(
         bootstrap: str, unique_name: str, tmp_path: Path) -> None:
-    """Both workers of a formed group close at once. Each asks the coordinator for the group's state first: formed,
-    so it leaves without settling and closes in milliseconds. One whose question comes after the other's leave finds
-    the group forming and waits for it to form again (a member leaving mid-rebalance would leave the group leaderless
-    on the embedded broker). Either way the next instance gets its assignment in a normal join."""
+    """Both workers of a formed group close at once. Each waits a random 0-100 ms, then asks the coordinator for the
+    group's state: formed, so it leaves without settling and closes in milliseconds. One whose question comes after
+    the other's leave (the usual case) finds the group forming and waits for it to form again: a leader leaving a
+    forming group stays its leader on the embedded broker. Either way the next instance gets its assignment in a
+    normal join (the settle this replaced left it unassigned in 7 of 12 tries)."""
     instance = pass_through(bootstrap, unique_name, tmp_path)
     pair = [instance("one"), instance("two")]
     for app in pair:
