@@ -109,6 +109,7 @@ class Outcome:
     abort_explained_duplicates: int = 0  # records emitted twice that an abandoned transaction (no kill) explains
     unexplained_duplicates: int = 0  # records emitted twice that neither explains
     lost_output_counts: int = 0  # counts above the extra emissions: records counted twice, first output lost at a kill
+    unexplained: list[tuple[int, int]] = field(default_factory=list)  # (partition, offset) of those duplicates
 
 
 class Workers:
@@ -410,6 +411,7 @@ def account(run: Run, bootstrap: str, app_id: str, source: str, sink: str, produ
                 outcome.abort_explained_duplicates += times - 1
             else:
                 outcome.unexplained_duplicates += times - 1
+                outcome.unexplained.append((partition, offset))
     outcome.replaying_kills = len(replaying)
     outcome.records = len(inputs)
     outcome.duplicates = sum(extra_emissions.values())
