@@ -25,12 +25,19 @@ a session's is its end, which is the same thing.
 With a record cache, a time window's cached update is written through and forwarded when the window closes (when
 stream time - grace first reaches its end: the oldest cached writes, up to the first of a window still open), not
 only at the next commit or eviction. Nothing can change a closed window, so this forwards the same record the
-commit would, sooner (a ``suppress(until_window_closes)`` downstream emits the final then), and a close has only
-the open windows left to flush. Kafka Streams holds them until the commit (``CachingWindowStore``); session and
-sliding windows here still do. The windows a record closes are flushed after the record's own windows are cached,
-so the store's expiry floor counts it: those it puts behind the floor (with grace 0 and the default retention,
-every tumbling window as it closes) are logged and forwarded but not written to the store, as no read would return
-them (:meth:`~streaming.state.window.TimestampedTypedWindowStore.flush_closed`).
+commit would, sooner, and a close has only the open windows left to flush. Kafka Streams holds them until the commit
+(``CachingWindowStore``); session and sliding windows here still do. The windows a record closes are flushed after
+the record's own windows are cached, so the store's expiry floor counts it: those it puts behind the floor (with
+grace 0 and the default retention, every tumbling window as it closes) are logged and forwarded but not written to
+the store, as no read would return them (:meth:`~streaming.state.window.TimestampedTypedWindowStore.flush_closed`).
+
+The closing record's own windows are forwarded right after the windows it closed (they stay cached and open; the
+first record since the task started closes none). A ``suppress(until_window_closes)`` downstream keeps its own stream
+time, the highest timestamp that reached it (``KTableSuppressProcessor``), and the closed windows' records are all
+older than their end: it is the closing record's update that moves it past them. So the finals go out at the record
+that closes their window, as without a cache (for tumbling windows the same records in the same order: tested
+against an uncached run), not when a later window closes or at the commit. With hopping windows, a closed window
+cached after one still open waits for the commit.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from streaming.windows.specs import SessionWindows, SlidingWindows, TimeWindows
 from streaming.windows.window import Window, Windowed, window_of, windowed_of
 
 Step = Callable[[Any, Any, Any], Any]  # step(key, value, old aggregate or None) -> new aggregate
+_NOT_YET = -(1 << 63)  # when the next window closes, before the first record
 
 
 def aggregation_step(kind: str, initializer: Callable[[], Any] | None, function: Callable[..., Any] | None) -> Step:
@@ -104,11 +112,15 @@ class TimeWindowAggregate(_WindowedOperator):
         # With a record cache, windows that close are written through and forwarded as they close, not at the next
         # commit (see the module doc): when stream time - grace reaches the end of the next window to close.
         flush_closed = store.flush_closed if cached else None
-        next_close = [-(1 << 63)]
+        next_close = [_NOT_YET]
 
-        def windows_closed(close: int) -> None:
-            flush_closed(close - size)  # type: ignore[misc]  # every window starting then or before ends by close
-            next_close[0] = ((close - size) // advance + 1) * advance + size
+        def windows_closed(close: int, raw: bytes, starts: list[int]) -> None:
+            """Forward the cached windows that ``close`` closed, then the closing record's windows (``raw``: its key
+            serialized; ``starts``: its windows), as the store's ``flush_closed`` does. The first record since the
+            task started closes none: it sets when the next window closes."""
+            if next_close[0] != _NOT_YET:  # every window starting at close - size or before ends by close
+                flush_closed(close - size, raw, starts)  # type: ignore[misc]
+            next_close[0] = max(((close - size) // advance + 1) * advance, 0) + size  # windows start at 0 or later
 
         if cached:  # the flush forwards the window: read, aggregate and cache in one call
             update = store.owned_updater(step)
@@ -140,9 +152,10 @@ class TimeWindowAggregate(_WindowedOperator):
                 start = timestamp - timestamp % size
                 if timestamp > observed.time:  # never late: its window ends after it
                     observed.time = timestamp
-                    update(key, key_bytes(key), value, timestamp, start, headers)
+                    raw = key_bytes(key)
+                    update(key, raw, value, timestamp, start, headers)
                     if flush_closed is not None and timestamp - grace >= next_close[0]:
-                        windows_closed(timestamp - grace)  # after the record's own window is cached: see the doc
+                        windows_closed(timestamp - grace, raw, [start])  # after the record's window is cached: see the doc
                     return
                 if start + size <= observed.time - grace:
                     late_record(timestamp, start, start + size, observed.time - grace)
@@ -171,7 +184,9 @@ class TimeWindowAggregate(_WindowedOperator):
                     raw = key_bytes(key)
                 update(key, raw, value, timestamp, start, headers)
             if advanced and flush_closed is not None and timestamp - grace >= next_close[0]:
-                windows_closed(timestamp - grace)  # after the record's own windows are cached: see the doc
+                # After the record's own windows are cached (see the doc). A record that moves stream time has an open
+                # window (each of its windows ends after it), so raw is set.
+                windows_closed(close, raw, [start for start, end in windows_for(timestamp) if end > close])  # type: ignore[arg-type]
             if dropped and late is not None:
                 late(key, value, timestamp, headers)
         return time_window_aggregate

@@ -267,6 +267,9 @@ class CachingBytesStore:
         # What the layers below hold for keys the owner read below the cache before writing them (read_below):
         # each write-through of a key takes its entry; the rest (a read whose write failed) go at the next flush.
         self._below: dict[bytes, bytes | None] = {}
+        # What forward_dirty forwarded of keys still dirty: the old value of their next forward, which skips them if
+        # they did not change.
+        self._forwarded: dict[bytes, bytes | None] = {}
 
     @property
     def persistent(self) -> bool:
@@ -337,10 +340,27 @@ class CachingBytesStore:
         self.cache.forget(entries)
         if listener is None:
             return
+        if self._forwarded:
+            entries, olds = self._after_forwarded(entries, olds, writes)
         send_old = self.send_old_values
         self._forward(listener, [(source, key, value, old if send_old else None, timestamp, headers)
                                  for (key, (value, timestamp, headers, source)), old in zip(entries, olds, strict=True)
                                  if value is not None or old is not None])
+
+    def _after_forwarded(self, entries: list[tuple[bytes, Entry]], olds: list[bytes | None],
+                         writes: list[Write]) -> tuple[list[tuple[bytes, Entry]], list[bytes | None]]:
+        """The entries written through (and their old values) to forward, given what :meth:`forward_dirty` forwarded
+        of them: its value is their old one, and one that did not change since is not forwarded again."""
+        forwarded, kept, kept_olds = self._forwarded, [], []
+        for entry, old, write in zip(entries, olds, writes, strict=True):
+            seen = forwarded.pop(entry[0], MISSING)
+            if seen is MISSING:
+                kept.append(entry)
+                kept_olds.append(old)
+            elif write[1] != seen:
+                kept.append(entry)
+                kept_olds.append(seen)
+        return kept, kept_olds
 
     def write_through_oldest(self, count: int, expired: Container[bytes] = ()) -> None:
         """Write the ``count`` oldest dirty entries through and forward them now, as an eviction does (a window
@@ -348,6 +368,36 @@ class CachingBytesStore:
         delays them). Those whose keys are in ``expired`` are not written to the store below, as no read would return
         them (windows behind their store's expiry floor): only logged, when a changelog is below, and forwarded."""
         self._write_through(list(islice(self.cache.entries.items(), count)), expired)
+
+    def forward_dirty(self, keys: Iterable[bytes]) -> None:
+        """Forward the dirty entries of ``keys`` now, without writing them through: they stay cached and dirty, and
+        the write-through that later writes them forwards them again, with what this forwarded as their old value
+        (not at all if the entry did not change meanwhile). A window aggregate forwards so the record that closed
+        windows, whose own window stays open (``TimestampedTypedWindowStore.flush_closed``)."""
+        listener = self.listener
+        if listener is None:
+            return
+        entries, forwarded, send_old = self.cache.entries, self._forwarded, self.send_old_values
+        updates = []
+        for key in keys:
+            entry = entries.get(key)
+            if entry is None:
+                continue
+            value, timestamp, headers, source = entry
+            old = forwarded.get(key, MISSING)
+            if old is MISSING:
+                old = self._below.get(key, MISSING)
+                if old is MISSING:
+                    old = self.cache.clean.get(key, MISSING)
+                    if old is MISSING:
+                        old = self.wrapped.get(key)
+            new = stored_bytes(value) if type(value) is CachedAggregate else value
+            if new == old:
+                continue
+            forwarded[key] = new
+            updates.append((source, key, value, old if send_old else None, timestamp, headers))
+        if updates:
+            self._forward(listener, updates)
 
     def write_batch(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
         self.below_changed()
@@ -358,6 +408,7 @@ class CachingBytesStore:
         values read before writes)."""
         self.cache.drop_clean()
         self._below.clear()
+        self._forwarded.clear()
 
     def range(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         return self.wrapped.range(lo, hi)
@@ -377,6 +428,7 @@ class CachingBytesStore:
     def flush(self) -> None:
         self.cache.flush(self._write_through)
         self._below.clear()  # every dirty entry took its own: what is left was read for a write that failed
+        self._forwarded.clear()
         self.wrapped.flush()
 
     def close(self) -> None:
@@ -384,4 +436,5 @@ class CachingBytesStore:
         dropped (a dirty close), its bytes given back to the thread's budget."""
         self.cache.discard()
         self._below.clear()
+        self._forwarded.clear()
         self.wrapped.close()

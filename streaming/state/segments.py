@@ -81,6 +81,13 @@ class SegmentedBytesStore:
         segment = self._segments.get(segment_id)
         return segment if segment is not None else self._open_segment(segment_id)
 
+    def observe(self, timestamp: int) -> None:
+        """Move stream time to ``timestamp`` if it is later, dropping the segments that fall out of retention, as a
+        write at ``timestamp`` would, without writing (a window store whose newest window is still cached)."""
+        if timestamp > self.observed_time:
+            self.observed_time = timestamp
+            self._drop_expired()
+
     def _drop_expired(self) -> None:
         floor = self._min_live_segment()
         if not self._segments or next(iter(self._segments)) >= floor:

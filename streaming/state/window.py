@@ -21,7 +21,7 @@ expired key). Session stores do the same by session end.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
 
@@ -203,10 +203,16 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
             return cached_aggregate((value, timestamp, self._vser(value)))
         return _LONG.pack(timestamp) + self._vser(value)
 
-    def flush_closed(self, until_start: int) -> None:
+    def flush_closed(self, until_start: int, raw_key: bytes | None = None, starts: Iterable[int] = ()) -> None:
         """Write through and forward now the cached windows that start at or before ``until_start`` (the caller's
         closed windows), oldest write first, up to the first cached window that starts later (the rest wait for the
-        commit). No-op without a record cache.
+        commit). Then it forwards the cached windows of ``raw_key`` (serialized) that start at ``starts``, without
+        writing them through (:meth:`CachingBytesStore.forward_dirty`): the record that closed the others. So a node
+        downstream that keeps its own stream time (a ``suppress(until_window_closes)``) moves it as that record does
+        and emits the closed windows' finals now, as it would without a cache, not one window later. Those windows
+        stay open and cached: writing them through would open a new segment at every window's close. The segments
+        behind the expiry floor are dropped now (reads skip them already), not at the next write. No-op without a
+        record cache.
 
         A window that starts before the store's expiry floor is logged to the changelog and forwarded, but not
         written to the store: no read returns it any more (Kafka Streams' ``getActualFrom``: reads begin at
@@ -229,6 +235,9 @@ class TimestampedTypedWindowStore(TimestampedValues, WindowedLayeredStore):
                 expired.add(key)
         if count:
             caching.write_through_oldest(count, expired)
+        self.inner.observe(self._written_time)  # type: ignore[attr-defined]
+        if raw_key is not None:
+            caching.forward_dirty([raw_key + _START_SEQ.pack(start, 0) for start in starts])
 
     # -- reads ----------------------------------------------------------------------------------------------------
     def key_bytes(self, key: Any) -> bytes:

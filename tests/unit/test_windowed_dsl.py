@@ -149,8 +149,8 @@ def test_a_cached_window_flushed_as_it_closes_carries_its_highest_timestamp() ->
         for offset, (key, ts) in enumerate((("a", 50), ("a", 20), ("a", 70), ("a", 10), ("b", 200))):
             task.process_messages([Message(topic="in", partition=0, offset=offset, key=key.encode(), value=b"v",
                                            timestamp=(TIMESTAMP_CREATE_TIME, ts))])
-        # stream time 200 = end + grace: [0, 100) closed and was flushed; b's window waits for a commit
-        assert [(r.key.key, r.value, r.timestamp) for r in out.read_records_to_list()] == [("a", 4, 70)]
+        # stream time 200 = end + grace: [0, 100) closed and was flushed, then the record that closed it (b's window)
+        assert [(r.key.key, r.value, r.timestamp) for r in out.read_records_to_list()] == [("a", 4, 70), ("b", 1, 200)]
 
 
 def test_windowed_keys_are_written_in_kafkas_format_without_naming_a_serde() -> None:
