@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from streaming.dsl.change import Change, decode_change, encode_change
 from streaming.errors import StreamsError, TopologyError
 from streaming.runtime.context import fan_out
-from streaming.serdes import Serdes
+from streaming.serdes import Serde, Serdes
 from streaming.state.bytes_store import BytesStore, StoreContext, Write
 from streaming.state.keyvalue import TypedKeyValueStore
 from streaming.state.stores import KeyValueStoreBuilder, Stores
@@ -221,10 +221,14 @@ class _StagedWrites:
 class SuppressionBufferStore(TypedKeyValueStore):
     """A suppression buffer's store (see the module doc): serialized keys and entries, written at the commit."""
 
+    def __init__(self, name: str, inner: BytesStore, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,
+                 logging_enabled: bool = True, caching_enabled: bool = False) -> None:
+        super().__init__(name, inner, key_serde, value_serde, logging_enabled, caching_enabled)
+        self._on_close: list[Callable[[], None]] = []
+
     def init(self, context: StoreContext) -> None:
         super().init(context)
         self._store = self._staged = _StagedWrites(self._store)
-        self._on_close: list[Callable[[], None]] = []
 
     def on_close(self, drop: Callable[[], None]) -> None:
         """Have :meth:`close` call ``drop``: the suppression node's own copy of what the buffer holds goes with the

@@ -372,8 +372,9 @@ class CachingBytesStore:
     def forward_dirty(self, keys: Iterable[bytes]) -> None:
         """Forward the dirty entries of ``keys`` now, without writing them through: they stay cached and dirty, and
         the write-through that later writes them forwards them again, with what this forwarded as their old value
-        (not at all if the entry did not change meanwhile). A window aggregate forwards so the record that closed
-        windows, whose own window stays open (``TimestampedTypedWindowStore.flush_closed``)."""
+        (not at all if the entry did not change meanwhile); an entry equal to what the layers below hold is not
+        forwarded. A window aggregate forwards so the windows of the record that closed others: they stay open
+        (``TimestampedTypedWindowStore.flush_closed``)."""
         listener = self.listener
         if listener is None:
             return
