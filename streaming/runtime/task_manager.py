@@ -380,14 +380,10 @@ class TaskManager:
         self.commit(tasks)
         running = [task for task in tasks if task.initialized]
         logged = [tp for task in running for tp, store in task.state.changelogs.items() if store.persistent]
-        reading = ThreadPoolExecutor(1, thread_name_prefix="changelog-end-offsets") if logged else None
-        ends_read = reading.submit(self._reader.end_offsets, logged) if reading is not None else None
-        try:
+        with ThreadPoolExecutor(1, thread_name_prefix="changelog-end-offsets") as reading:  # no thread until a submit
+            ends_read = reading.submit(self._reader.end_offsets, logged) if logged else None
             for task in tasks:
                 self._close(task, clean=True)
-        finally:
-            if reading is not None:
-                reading.shutdown(wait=True)
         ends = ends_read.result() if ends_read is not None else {}
         checkpoint.write_checkpoints(running, ends)
         for task in tasks:  # only now may another task take the directory (and read the checkpoint)

@@ -301,6 +301,14 @@ class CachingBytesStore:
         self._below[key] = value
         return value
 
+    def _value_below(self, key: bytes) -> bytes | None:
+        """What the layers below the dirty entries hold for ``key``, without reading or keeping anything twice: what
+        :meth:`read_below` kept for it, else a clean entry, else the store below (no side effect)."""
+        value = self._below.get(key, MISSING)
+        if value is MISSING:
+            value = self.cache.clean.get(key, MISSING)
+        return self.wrapped.get(key) if value is MISSING else value  # type: ignore[return-value]
+
     def put_all(self, writes: list[Write]) -> None:
         put = self.cache.put
         for key, value, timestamp, headers in writes:
@@ -387,11 +395,7 @@ class CachingBytesStore:
             value, timestamp, headers, source = entry
             old = forwarded.get(key, MISSING)
             if old is MISSING:
-                old = self._below.get(key, MISSING)
-                if old is MISSING:
-                    old = self.cache.clean.get(key, MISSING)
-                    if old is MISSING:
-                        old = self.wrapped.get(key)
+                old = self._value_below(key)
             new = stored_bytes(value) if type(value) is CachedAggregate else value
             if new == old:
                 continue
