@@ -68,7 +68,7 @@ WALL_CLOCK_REFUSED = "batch reprocessing cannot fire (it replays archived input:
 def scratch_dir() -> str | None:
     """Where batch tasks keep their stores while they run: scratch, handed on as snapshot rows at the end of each
     run and never read by live workers, so it need not survive anything. ``$BROOK_BATCH_SCRATCH`` when set; else
-    ``/dev/shm`` (tmpfs: a window store opens a RocksDB database per segment, ~10x faster there than on disk) when it
+    ``/dev/shm`` (tmpfs: the stores' RocksDB flushes and compactions write no disk there) when it
     exists with at least 2 GiB free; else None (the system's temporary directory)."""
     chosen = os.environ.get(SCRATCH_ENV)
     if chosen:

@@ -147,9 +147,24 @@ class RocksDBBytesStore:
         if self._buffer:
             self.write_batch(())
 
+    def delete_range(self, lo: bytes, hi: bytes) -> None:
+        """Delete the keys in ``[lo, hi)``, buffered or in RocksDB (one range tombstone, which RocksDB's compactions
+        apply to the files)."""
+        self._buffer = {key: value for key, value in self._buffer.items() if not lo <= key < hi}
+        self._open_db().delete_range(lo, hi, self._write_options)
+
+    def start_memtable_flush(self) -> None:
+        """Have RocksDB write its memtables to disk on its own threads, without waiting (after a range delete: the
+        next flush, at the latest at close, has no dropped keys left to write)."""
+        self._open_db().flush(False)
+
+    def persist(self) -> None:
+        """Write the buffered writes and RocksDB's memtables to disk (what a clean close leaves behind)."""
+        self.flush()
+        self._open_db().flush()
+
     def close(self) -> None:
         if self._db is not None:
-            self.flush()
-            self._db.flush()
+            self.persist()
             self._db.close()
             self._db = None

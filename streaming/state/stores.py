@@ -126,8 +126,8 @@ class Stores:
     @staticmethod
     def persistent_window_store(name: str, retention: int | timedelta, window_size: int | timedelta,
                                 retain_duplicates: bool = False) -> WindowBytesStoreSupplier:
-        """A window store in RocksDB, one database per time segment (segments of half the retention, at
-        least a minute), windows older than ``retention`` dropped a segment at a time.
+        """A window store in RocksDB, kept in time segments (half the retention, at least a minute; each a key prefix
+        of the store's one database), windows older than ``retention`` dropped a segment at a time.
         ``retain_duplicates`` keeps every put (what join buffers need)."""
         return _window_supplier(name, retention, window_size, retain_duplicates, persistent=True)
 

@@ -7,24 +7,16 @@ forgets windows the store has dropped; extra topic configs given to ``with_loggi
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from streaming.naming import check_store_name
 from streaming.serdes import Serde
-from streaming.state.bytes_store import BytesStore
-from streaming.state.memory import InMemoryBytesStore
-from streaming.state.rocksdb import RocksDBBytesStore
 from streaming.state.segments import SegmentedBytesStore, default_segment_interval
 from streaming.state.session import TypedSessionStore, session_end_of
 from streaming.state.stores import StoreBuilder
 from streaming.state.window import TimestampedTypedWindowStore, window_start_of
 
 CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 60 * 60 * 1000
-
-
-def _segment_factory(persistent: bool) -> Callable[[str], BytesStore]:
-    return RocksDBBytesStore if persistent else InMemoryBytesStore
 
 
 class WindowBytesStoreSupplier:
@@ -46,7 +38,7 @@ class WindowBytesStoreSupplier:
 
     def get(self) -> SegmentedBytesStore:
         return SegmentedBytesStore(self.name, self.retention_ms, self.segment_interval_ms, window_start_of,
-                                   _segment_factory(self.persistent), self.persistent)
+                                   self.persistent)
 
 
 class SessionBytesStoreSupplier:
@@ -62,7 +54,7 @@ class SessionBytesStoreSupplier:
 
     def get(self) -> SegmentedBytesStore:
         return SegmentedBytesStore(self.name, self.retention_ms, self.segment_interval_ms, session_end_of,
-                                   _segment_factory(self.persistent), self.persistent)
+                                   self.persistent)
 
 
 class _WindowedStoreBuilder(StoreBuilder):

@@ -4,17 +4,21 @@ changelog they write and restoring from it, the window specifications and window
 from __future__ import annotations
 
 import os
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import rocksdict
 
 from streaming import JoinWindows, Serdes, SessionWindows, SlidingWindows, TimeWindows, Window, Windowed
 from streaming.state.bytes_store import StoreContext
 from streaming.state.caching import CacheBudget
 from streaming.state.changelogging import ChangeLogger
+from streaming.state.segments import segment_id_of
 from streaming.state.stores import Stores
+from streaming.state.window import window_start_of
 from streaming.windows.serdes import WindowedSerdes
 
 String, Long = Serdes.String(), Serdes.Long()
@@ -64,12 +68,54 @@ def test_segments_are_dropped_as_stream_time_passes_retention(tmp_path: Path) ->
         store.put_with_timestamp("k", minute, minute * 60_000, minute * 60_000)
     store.flush()
     assert store.inner.segment_ids == [7, 8, 9]  # 60 s segments; retention 120 s behind 540 s
-    assert sorted(os.listdir(tmp_path / "w")) == ["w.420000", "w.480000", "w.540000"]
+    store.close()
+    assert stored_segments(tmp_path / "w") == {7: 1, 8: 1, 9: 1}  # the dropped segments' keys are deleted, not hidden
+    store = open_store(Stores.window_store_builder(supplier, String, Long), tmp_path)
     # the segment of 420 s still exists, but its window is expired: 420 s < 540 s - 120 s + 1 (getActualFrom)
     assert [start for start, _ in store.fetch("k", 0, 10**9)] == [480_000, 540_000]
     store.put_with_timestamp("k", 99, 0, 0)  # a write into a dropped segment is skipped
     assert store.fetch("k", 0) is None and store.inner.expired_writes == 1
     store.close()
+
+
+def stored_segments(directory: Path) -> dict[int, int]:
+    """Segment id -> keys, as the store's RocksDB database holds them (each key behind its segment's prefix)."""
+    db = rocksdict.Rdict(str(directory), options=rocksdict.Options(raw_mode=True))
+    try:
+        return dict(Counter(segment_id_of(key) for key, _ in db.items()))
+    finally:
+        db.close()
+
+
+def test_a_store_kept_a_database_per_segment_is_moved_into_one_when_it_opens(tmp_path: Path) -> None:
+    """State written by Brook before logical segments (a RocksDB database per segment, ``<store>.<segment start>``)
+    is read back whole: a checkpoint vouches for it, so nothing would restore what a new layout failed to find."""
+    supplier = Stores.persistent_window_store("w", retention=timedelta(minutes=2), window_size=timedelta(minutes=1))
+    builder = Stores.window_store_builder(supplier, String, Long)
+    written = open_store(builder, tmp_path / "written")
+    for minute in (7, 8, 9):
+        written.put_with_timestamp("k", minute, minute * 60_000 + 5, minute * 60_000)
+        written.put_with_timestamp("other", 100 + minute, minute * 60_000 + 6, minute * 60_000)
+    written.flush()
+    entries = [(key, value, window_start_of(key) // 60_000) for key, value in written.inner.range(None, None)]
+    assert len(entries) == 6
+    written.close()
+    for segment_id in (7, 8, 9):  # the old layout, written as Brook wrote it: one plain database per segment
+        options = rocksdict.Options(raw_mode=True)
+        options.create_if_missing(True)
+        old = rocksdict.Rdict(str(tmp_path / "w" / f"w.{segment_id * 60_000}"), options=options)
+        for key, value, in_segment in entries:
+            if in_segment == segment_id:
+                old[key] = value
+        old.close()
+    store = open_store(builder, tmp_path)
+    assert store.inner.segment_ids == [7, 8, 9] and store.inner.observed_time == 540_000
+    assert list(store.fetch("k", 0, 10**9)) == [(480_000, 8), (540_000, 9)]  # 420 s: expired, as before
+    assert [(w.key, w.window.start, v) for w, v in store.fetch_all(480_000, 540_000)] == [
+        ("k", 480_000, 8), ("k", 540_000, 9), ("other", 480_000, 108), ("other", 540_000, 109)]
+    store.close()
+    assert sorted(name for name in os.listdir(tmp_path / "w") if name.startswith("w.")) == []
+    assert stored_segments(tmp_path / "w") == {7: 2, 8: 2, 9: 2}
 
 
 def test_a_reopened_store_hides_the_windows_it_hid_before(tmp_path: Path) -> None:
