@@ -7,7 +7,8 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 DAGSTER_HOME ?= $(CURDIR)/.dagster
 UI_PORT ?= 3000
-PYTEST_ARGS ?=
+# --durations: the 30 slowest tests end every run's report (the suite's wall time is watched: README).
+PYTEST_ARGS ?= --durations=30
 # pytest-xdist workers for `make test` (tests/conftest.py: what each worker gets, which tests share one);
 # PYTEST_WORKERS=0 runs the suite in this process, one test after the other.
 PYTEST_WORKERS ?= 2
