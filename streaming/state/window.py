@@ -4,7 +4,7 @@
     TimestampedTypedWindowStore   serdes, the window-store API
       -> CachingBytesStore        optional
         -> ChangeLoggingBytesStore    optional (changelog: compact,delete with retention.ms)
-          -> SegmentedBytesStore      one RocksDB (or memory) store per time segment
+          -> SegmentedBytesStore      time segments: key prefixes of one RocksDB, or a memory store each
 
 Bytes layout (Kafka Streams' ``WindowKeySchema``, also the changelog's key): the key's bytes, the
 window start (8 bytes, big-endian) and a sequence number (4 bytes; 0 unless the store retains
