@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from streaming import KafkaStreams, Serdes, Stores, Topology
 from streaming.admin import create_topics
@@ -166,6 +166,40 @@ def test_the_embedded_broker_s_transactions_as_documented(bootstrap: str, unique
                                           client_config={"isolation.level": "read_committed"})]
     assert values == [b"open", b"committed"]  # the aborted record is visible; the zombie's never reached the log
     assert not hides_aborted_records(bootstrap)
+
+
+def test_the_embedded_broker_answers_an_offset_fetch_while_a_transaction_holds_pending_offsets(
+        bootstrap: str, unique_name: str) -> None:
+    """docs/broker-limits.md's transactions, measured: KIP-447's ``require_stable`` (which librdkafka sets for a
+    read_committed consumer) is not honoured. While an open transaction holds offsets for the group, the group's
+    committed offset is answered at once with the offset before it; Kafka answers UNSTABLE_OFFSET_COMMIT, and the
+    client asks again until the transaction ends."""
+    if os.environ.get("BROOK_TEST_BOOTSTRAP_SERVERS"):
+        pytest.skip("pins the embedded broker's behaviour")
+    source, sink, group = f"{unique_name}-in", f"{unique_name}-out", f"{unique_name}-group"
+    create_topics(bootstrap, {source: 1, sink: 1})
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_name})
+    producer.init_transactions(30)
+    for offset in (5, 100):  # the first transaction commits 5; the second holds 100 pending
+        producer.begin_transaction()
+        producer.produce(sink, b"output")
+        producer.send_offsets_to_transaction([TopicPartition(source, 0, offset)], member.consumer_group_metadata(),
+                                             30)
+        if offset == 5:
+            producer.commit_transaction(30)
+    producer.flush(10)
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                       "isolation.level": "read_committed"})
+    try:
+        started = time.monotonic()
+        assert reader.committed([TopicPartition(source, 0)], timeout=10)[0].offset == 5
+        assert time.monotonic() - started < 1.0  # answered at once, not after the transaction
+        producer.commit_transaction(30)
+        assert reader.committed([TopicPartition(source, 0)], timeout=10)[0].offset == 100
+    finally:
+        reader.close()
+        member.close()
 
 
 def test_counting_app_output_and_state_match_the_oracle(bootstrap: str, unique_name: str, tmp_path: Path) -> None:
